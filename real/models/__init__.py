@@ -1,0 +1,37 @@
+"""torch definitions of the zoo's models, the single source of both worlds' layer tables.
+
+``build_model(name)`` returns an ``nn.Sequential`` whose top-level children are the units a
+pipeline may split between; ``make_batch(name, batch_size, generator)`` gives synthetic
+inputs and targets; ``loss_fn(name)`` the training loss. ``scripts/derive_layer_tables.py``
+turns these definitions into the CSV tables under ``sim/data/workloads/``.
+"""
+
+from __future__ import annotations
+
+from real.models.small import SMALL_MODELS, ModelSpec
+
+MODELS: dict[str, ModelSpec] = dict(SMALL_MODELS)
+"""name -> spec; the CPU-sized models run in the harness, the large ones only on meta tensors."""
+
+
+def model_spec(name: str) -> ModelSpec:
+    if name not in MODELS:
+        from sim.errors import ConfigError
+
+        raise ConfigError("workload", name, sorted(MODELS))
+    return MODELS[name]
+
+
+def build_model(name: str, seed: int = 0):
+    import torch
+
+    torch.manual_seed(seed)
+    return model_spec(name).build()
+
+
+def make_batch(name: str, batch_size: int, generator):
+    return model_spec(name).make_batch(batch_size, generator)
+
+
+def loss_fn(name: str):
+    return model_spec(name).loss()

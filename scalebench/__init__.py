@@ -1,0 +1,3 @@
+"""scalebench: simulate and measure how distributed training scales."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,73 @@
+"""Pieces several subcommands share: scenario flags, output formats."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+from sim.config import read_yaml
+
+# flag -> (section, key, type)
+SCENARIO_FLAGS: dict[str, tuple[str, str, Any]] = {
+    "model": ("workload", "model", str),
+    "batch_size": ("workload", "batch_size", int),
+    "gpus": ("cluster", "gpus", int),
+    "gpus_per_node": ("cluster", "gpus_per_node", int),
+    "gpu": ("cluster", "gpu", str),
+    "intra_link": ("cluster", "intra_link", str),
+    "inter_link": ("cluster", "inter_link", str),
+    "nics_per_node": ("cluster", "nics_per_node", int),
+    "collective": ("strategy", "collective", str),
+    "ps_servers": ("strategy", "ps_servers", int),
+    "bucket_mib": ("strategy", "bucket_mib", float),
+    "precision": ("strategy", "precision", str),
+    "fidelity": ("simulation", "fidelity", str),
+}
+
+
+def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="scenario YAML (workload, cluster, strategy); flags override it")
+    group = parser.add_argument_group("scenario flags (override the config)")
+    for flag, (_, _, kind) in SCENARIO_FLAGS.items():
+        group.add_argument("--" + flag.replace("_", "-"), dest=flag, type=kind, default=None)
+    group.add_argument("--no-overlap", dest="overlap", action="store_false", default=None,
+                       help="reduce gradients only after backward ends")
+    group.add_argument("--catalog", help="YAML file of extra gpus/links (e.g. from scalebench calibrate)")
+
+
+def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -> dict[str, Any]:
+    spec = read_yaml(args.config) if args.config else {k: dict(v) if isinstance(v, dict) else v for k, v in default.items()}
+    if not isinstance(spec, dict):
+        from sim.errors import ConfigError
+
+        raise ConfigError(str(args.config), type(spec).__name__, "a YAML mapping")
+    for flag, (section, key, _) in SCENARIO_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            part = spec.setdefault(section, {})
+            if isinstance(part, str):  # workload: resnet50
+                part = spec[section] = {"model": part}
+            part[key] = value
+            if flag == "gpus":
+                part.pop("nodes", None)
+    if args.overlap is not None:
+        spec.setdefault("strategy", {})["overlap"] = args.overlap
+    return spec
+
+
+def format_rows(rows: list[dict[str, Any]], fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(rows, indent=1, default=str) + "\n"
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write_out(text: str) -> None:
+    sys.stdout.write(text)

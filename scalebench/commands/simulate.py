@@ -1,0 +1,70 @@
+"""scalebench simulate: one iteration, its breakdown, optionally a timeline trace."""
+
+from __future__ import annotations
+
+import argparse
+
+from scalebench.commands.common import add_scenario_arguments, format_rows, scenario_dict_from_args, write_out
+
+DEFAULT_SCENARIO = {
+    "name": "resnet50-32xv100-ib_edr",
+    "workload": {"model": "resnet50"},
+    "cluster": {"gpus": 32, "gpus_per_node": 8, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr"},
+    "strategy": {"collective": "ring"},
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scenario_arguments(parser)
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto timeline of the iteration")
+
+
+def run(args: argparse.Namespace) -> int:
+    from scalebench.fileio import atomic_write_json
+    from sim.catalog import load_catalog_file
+    from sim.config import scenario_columns, scenario_from_dict
+    from sim.simulate import simulate
+    from sim.trace import chrome_trace
+
+    catalog = load_catalog_file(args.catalog) if args.catalog else None
+    scenario = scenario_from_dict(scenario_dict_from_args(args, DEFAULT_SCENARIO), catalog)
+    result = simulate(scenario)
+    row = {**scenario_columns(scenario), **result.metrics(), "source": "sim"}
+    if args.format == "table":
+        write_out(breakdown_table(row))
+    else:
+        write_out(format_rows([row], args.format))
+    if args.trace:
+        atomic_write_json(args.trace, chrome_trace(result, title=scenario.name))
+    return 0
+
+
+def breakdown_table(row: dict) -> str:
+    from sim.units import human_bytes, human_seconds
+
+    it = row["iteration_time_s"]
+
+    def pct(t: float) -> str:
+        return f"{100 * t / it:5.1f} %"
+
+    lines = [
+        f"{row['model']} x {row['world_size']} {row['gpu']} ({row['nodes']} nodes x {row['gpus_per_node']}), "
+        f"intra {row['intra_link']}, inter {row['inter_link']}; {row['strategy']} {row['collective']}, "
+        f"bucket {row['bucket_mib']:g} MiB, overlap {'on' if row['overlap'] else 'off'}, {row['precision']}, "
+        f"batch {row['batch_size']}/GPU ({row['fidelity']} fidelity)",
+        "",
+        f"  {'iteration':<26}{human_seconds(it):>12}",
+        f"  {'  forward':<26}{human_seconds(row['forward_time_s']):>12}  {pct(row['forward_time_s'])}",
+        f"  {'  backward':<26}{human_seconds(row['backward_time_s']):>12}  {pct(row['backward_time_s'])}",
+        f"  {'  optimizer step':<26}{human_seconds(row['optimizer_time_s']):>12}  {pct(row['optimizer_time_s'])}",
+        f"  {'  exposed communication':<26}{human_seconds(row['exposed_comm_time_s']):>12}  {pct(row['exposed_comm_time_s'])}",
+        f"  {'communication (busy)':<26}{human_seconds(row['comm_time_s']):>12}  in {row['buckets']} buckets",
+        f"  {'bytes on intra-node links':<26}{human_bytes(row['bytes_intra']):>12}  (cluster total)",
+        f"  {'bytes on inter-node links':<26}{human_bytes(row['bytes_inter']):>12}  (cluster total)",
+        "",
+        f"  throughput  {row['throughput_samples_per_s']:,.0f} samples/s",
+        f"  speedup     {row['speedup']:.1f}x over 1 GPU (weak scaling, same per-GPU batch)",
+        f"  efficiency  {100 * row['scaling_efficiency']:.1f} %  (T1 / TN; 1 GPU: {human_seconds(row['baseline_time_s'])})",
+    ]
+    return "\n".join(lines) + "\n"

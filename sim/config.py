@@ -1,0 +1,102 @@
+"""A scenario: one workload, one cluster, one strategy, and how to simulate them.
+
+This is the one description that both sim/ and real/ consume. It is torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.catalog import Catalog, builtin_catalog
+from sim.cluster import Cluster, cluster_from_dict
+from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.strategy import Strategy, strategy_from_dict
+from sim.workload import Workload, workload_from_dict
+
+FIDELITIES = ("fast", "detailed")
+SIMULATION_KEYS = ("fidelity", "seed")
+SCENARIO_KEYS = ("name", "description", "workload", "cluster", "strategy", "simulation", "catalog")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: str
+    workload: Workload
+    cluster: Cluster
+    strategy: Strategy
+    fidelity: str = "fast"
+    """fast: identical ranks simulated once, collectives costed per step with link-load
+    counting; detailed: every rank and every chunk, links shared max-min fairly."""
+    seed: int = 0
+
+    def with_world_size(self, world_size: int) -> Scenario:
+        return replace(self, cluster=self.cluster.with_world_size(world_size))
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; a missing file or a syntax error is a ConfigError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError("config", str(path), f"a readable YAML file ({err.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise ConfigError(f"{path}{where}", "malformed YAML", f"valid YAML ({problem})") from None
+
+
+def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, extra_keys: tuple[str, ...] = ()) -> Scenario:
+    """Build and validate a Scenario; ``extra_keys`` are top-level keys another layer owns."""
+    if not isinstance(spec, dict):
+        raise ConfigError("config", type(spec).__name__, "a YAML mapping with keys " + ", ".join(SCENARIO_KEYS))
+    reject_unknown_keys("config", spec, (*SCENARIO_KEYS, *extra_keys))
+    catalog = (catalog or builtin_catalog()).extended(spec.get("catalog"))
+    if "workload" not in spec:
+        raise ConfigError("workload", None, "a workload section (e.g. {model: resnet50, batch_size: 32})")
+    simulation = spec.get("simulation") or {}
+    if not isinstance(simulation, dict):
+        raise ConfigError("simulation", simulation, "a mapping with keys " + ", ".join(SIMULATION_KEYS))
+    reject_unknown_keys("simulation", simulation, SIMULATION_KEYS)
+    return Scenario(
+        name=str(spec.get("name", "scenario")),
+        workload=workload_from_dict(spec["workload"]),
+        cluster=cluster_from_dict(spec.get("cluster") or {}, catalog),
+        strategy=strategy_from_dict(spec.get("strategy")),
+        fidelity=require_choice("simulation.fidelity", simulation.get("fidelity", "fast"), FIDELITIES),
+        seed=require_positive("simulation.seed", simulation.get("seed", 0), integer=True, allow_zero=True),
+    )
+
+
+def load_scenario(path: str | Path, catalog: Catalog | None = None) -> Scenario:
+    return scenario_from_dict(read_yaml(path), catalog)
+
+
+def scenario_columns(scenario: Scenario) -> dict[str, Any]:
+    """The config columns of a result row, shared by simulated and measured rows."""
+    c, s, w = scenario.cluster, scenario.strategy, scenario.workload
+    return {
+        "scenario": scenario.name,
+        "model": w.name,
+        "batch_size": w.batch_size,
+        "gpu": c.gpu.name,
+        "nodes": c.nodes,
+        "gpus_per_node": c.gpus_per_node,
+        "intra_link": c.intra_link.name,
+        "inter_link": c.inter_link.name,
+        "nics_per_node": c.nics_per_node,
+        "oversubscription": c.oversubscription,
+        "strategy": s.kind,
+        "collective": s.collective,
+        "ps_servers": s.ps_servers if s.collective == "ps" else 0,
+        "bucket_mib": s.bucket_bytes / (1024 * 1024),
+        "overlap": s.overlap,
+        "precision": s.precision,
+    }

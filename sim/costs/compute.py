@@ -1,0 +1,53 @@
+"""Compute time of layers and the optimizer step on one device."""
+
+from __future__ import annotations
+
+from sim.catalog import GPU
+from sim.workload import Layer, Workload
+
+OPTIMIZER_TRAFFIC = {"sgd": 3, "momentum": 5, "adam": 7}
+"""Parameter-sized arrays the update reads and writes: sgd reads p, g and writes p; momentum adds
+the velocity (read + write); Adam adds two moments (torch.optim's single-tensor loops)."""
+
+
+def roofline_time_s(flops: float, bytes_moved: float, gpu: GPU, dtype: str) -> float:
+    """Roofline: t = max(flops / (peak(dtype) x efficiency), bytes / memory bandwidth) (Williams et al. 2009)."""
+    compute_s = flops / (gpu.flops_for(dtype) * gpu.efficiency)
+    memory_s = bytes_moved / gpu.memory_bandwidth_Bps
+    return max(compute_s, memory_s)
+
+
+def layer_times_s(
+    workload: Workload, gpu: GPU, dtype: str, dtype_bytes: int, slowdown: float = 1.0
+) -> list[tuple[float, float]]:
+    """(forward, backward) seconds per layer for the workload's per-GPU batch.
+
+    A layer with measured times uses them. Otherwise the device's launch overhead plus the
+    roofline, with memory traffic
+    forward = weights + input and output activations, and backward twice that (it reads the
+    output gradient, input and weights and writes the input and weight gradients).
+    ``slowdown`` multiplies every time (a slower GPU, or co-located ranks sharing cores).
+    """
+    times = []
+    previous_act = 0.0
+    batch = workload.batch_size
+    for layer in workload.layers:
+        times.append(_one_layer(layer, previous_act, batch, gpu, dtype, dtype_bytes, slowdown))
+        previous_act = layer.activation_elems
+    return times
+
+
+def _one_layer(
+    layer: Layer, input_elems: float, batch: int, gpu: GPU, dtype: str, dtype_bytes: int, slowdown: float
+) -> tuple[float, float]:
+    if layer.fwd_time_s is not None and layer.bwd_time_s is not None:
+        return layer.fwd_time_s * slowdown, layer.bwd_time_s * slowdown
+    fwd_bytes = dtype_bytes * (layer.param_count + batch * (input_elems + layer.activation_elems))
+    fwd = gpu.launch_overhead_s + roofline_time_s(layer.fwd_flops * batch, fwd_bytes, gpu, dtype)
+    bwd = gpu.launch_overhead_s + roofline_time_s(layer.bwd_flops * batch, 2 * fwd_bytes, gpu, dtype)
+    return fwd * slowdown, bwd * slowdown
+
+
+def optimizer_step_time_s(param_count: int, dtype_bytes: int, optimizer: str, gpu: GPU) -> float:
+    """Memory-bound update: t = traffic(optimizer) x params x bytes / memory bandwidth."""
+    return OPTIMIZER_TRAFFIC[optimizer] * param_count * dtype_bytes / gpu.memory_bandwidth_Bps

@@ -1,0 +1,1 @@
+"""The event layer: SimPy processes that schedule the cost layer's numbers."""

@@ -1,0 +1,61 @@
+"""Unit conversions, in one place.
+
+Everything inside scalebench is SI: seconds, bytes, bytes per second, FLOP and FLOP/s.
+Catalog and config files carry the unit in the key name (``latency_us``,
+``bandwidth_Gbps``, ``peak_tflops``) and are converted here exactly once, at load.
+Decimal prefixes (1e9, 1e12) throughout, as vendors quote them; binary prefixes only
+where the name says so (``bucket_mib``).
+"""
+
+from __future__ import annotations
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+
+
+def us_to_s(value_us: float) -> float:
+    return value_us * 1e-6
+
+
+def ns_to_s(value_ns: float) -> float:
+    return value_ns * 1e-9
+
+
+def gbit_per_s_to_Bps(value_gbps: float) -> float:
+    """Gigabits per second (network line rates) to bytes per second."""
+    return value_gbps * 1e9 / 8.0
+
+
+def gbyte_per_s_to_Bps(value_GBps: float) -> float:
+    """Gigabytes per second (memory, NVLink, PCIe figures) to bytes per second."""
+    return value_GBps * 1e9
+
+
+def tflops_to_flops(value_tflops: float) -> float:
+    return value_tflops * 1e12
+
+
+def mib_to_bytes(value_mib: float) -> int:
+    return int(round(value_mib * MIB))
+
+
+def human_bytes(n_bytes: float) -> str:
+    """Binary-prefixed size for people: 1.5 KiB, 25.0 MiB."""
+    value = float(n_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_seconds(t_s: float) -> str:
+    """Seconds for people: 12.3 us, 4.56 ms, 1.23 s."""
+    if t_s == 0:
+        return "0 s"
+    if abs(t_s) < 1e-3:
+        return f"{t_s * 1e6:.1f} us"
+    if abs(t_s) < 1:
+        return f"{t_s * 1e3:.2f} ms"
+    return f"{t_s:.3f} s"

@@ -1,0 +1,22 @@
+"""Shared fixtures: small hand-computable clusters and scenarios."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.catalog import GPU, Link, builtin_catalog
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    return builtin_catalog()
+
+
+def make_link(name: str = "test", bandwidth_Bps: float = 1e9, latency_s: float = 1e-5) -> Link:
+    """A link with round numbers: alpha = latency_s, effective bandwidth = bandwidth_Bps."""
+    return Link(name=name, kind="custom", bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, efficiency=1.0)
+
+
+def make_gpu(tflops: float = 1.0, mem_GBps: float = 1000.0) -> GPU:
+    return GPU(name="test-gpu", peak_flops={"fp32": tflops * 1e12}, memory_bandwidth_Bps=mem_GBps * 1e9,
+               memory_bytes=16e9, efficiency=1.0)
