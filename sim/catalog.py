@@ -8,6 +8,7 @@ with ``gpus:`` and ``links:``) or a calibration file, without editing code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
 
 def _read_builtin(filename: str) -> dict[str, Any]:
     text = resources.files("sim").joinpath("data", filename).read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,9 @@ class Catalog:
         return Catalog(gpus, links)
 
 
+@cache
 def builtin_catalog() -> Catalog:
+    """The shipped catalog, parsed once per process (Catalog is immutable; ``extended`` copies)."""
     gpus = {n: gpu_from_dict(n, s, "sim/data/gpus.yaml") for n, s in _read_builtin("gpus.yaml").items()}
     links = {n: link_from_dict(n, s, "sim/data/links.yaml") for n, s in _read_builtin("links.yaml").items()}
     return Catalog(gpus, links)
