@@ -63,6 +63,43 @@ class _Messages:
         return self._slot(key)
 
 
+class _RingPart:
+    """One rank's steps of a ring, advanced by the callbacks of its messages."""
+
+    __slots__ = ("messages", "me", "succ", "pos", "pred", "steps", "chunk_bytes", "tag", "k", "waiting", "done")
+
+    def __init__(self, messages: _Messages, members: list[int], pos: int, steps: int, chunk_bytes: float, tag: Any):
+        m = len(members)
+        self.messages = messages
+        self.me, self.succ = members[pos], members[(pos + 1) % m]
+        self.pos, self.pred = pos, (pos - 1) % m
+        self.steps, self.chunk_bytes, self.tag = steps, chunk_bytes, tag
+        self.k = 0
+        self.waiting = 0
+        self.done = messages.env.event()
+        self._step()
+
+    def _step(self) -> None:
+        if self.k == self.steps:
+            self.done.succeed()
+            return
+        key = (self.tag, self.k)
+        sent = self.messages.send((key, self.pos), self.me, self.succ, self.chunk_bytes)
+        received = self.messages.arrival((key, self.pred))
+        self.waiting = 2
+        for event in (sent, received):
+            if event.callbacks is None:  # already processed
+                self._one_done(event)
+            else:
+                event.callbacks.append(self._one_done)
+
+    def _one_done(self, _event: simpy.Event) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.k += 1
+            self._step()
+
+
 Schedule = Callable[["_Collective", int, Bucket], Generator[simpy.Event, Any, None]]
 
 
@@ -76,19 +113,18 @@ class _Collective:
         self.net = net
         self.messages = _Messages(env, net)
 
-    def ring(self, members: list[int], pos: int, steps: int, chunk_bytes: float, tag: Any):
-        """``steps`` steps of a ring over ``members``; this rank is ``members[pos]``."""
-        m = len(members)
-        me, succ, pred = members[pos], members[(pos + 1) % m], (pos - 1) % m
-        for k in range(steps):
-            sent = self.messages.send((tag, k, pos), me, succ, chunk_bytes)
-            received = self.messages.arrival((tag, k, pred))
-            yield sent
-            yield received
+    def ring(self, members: list[int], pos: int, steps: int, chunk_bytes: float, tag: Any) -> simpy.Event:
+        """This rank's part of ``steps`` ring steps over ``members`` (it is ``members[pos]``).
+
+        Step k sends a chunk to the successor; step k+1 starts once that send is done and
+        step k from the predecessor has arrived. Driven by callbacks (no process per step):
+        the returned event fires when the last step is complete.
+        """
+        return _RingPart(self.messages, members, pos, steps, chunk_bytes, tag).done
 
     def ring_allreduce(self, rank: int, bucket: Bucket):
         n = self.cluster.world_size
-        yield from self.ring(list(range(n)), rank, 2 * (n - 1), bucket.n_bytes / n, (bucket.index, "ring"))
+        yield self.ring(list(range(n)), rank, 2 * (n - 1), bucket.n_bytes / n, (bucket.index, "ring"))
 
     def hierarchical_allreduce(self, rank: int, bucket: Bucket):
         g, nodes = self.cluster.gpus_per_node, self.cluster.nodes
@@ -99,9 +135,9 @@ class _Collective:
         in_node = [node * g + i for i in range(g)]
         across = [d * g + local for d in range(nodes)]
         shard = bucket.n_bytes / g
-        yield from self.ring(in_node, local, g - 1, shard, (bucket.index, "reduce_scatter", node))
-        yield from self.ring(across, node, 2 * (nodes - 1), shard / nodes, (bucket.index, "allreduce", local))
-        yield from self.ring(in_node, local, g - 1, shard, (bucket.index, "allgather", node))
+        yield self.ring(in_node, local, g - 1, shard, (bucket.index, "reduce_scatter", node))
+        yield self.ring(across, node, 2 * (nodes - 1), shard / nodes, (bucket.index, "allreduce", local))
+        yield self.ring(in_node, local, g - 1, shard, (bucket.index, "allgather", node))
 
     def ps_worker(self, rank: int, bucket: Bucket):
         n, shard = self.cluster.world_size, bucket.n_bytes / self.servers
@@ -211,6 +247,12 @@ def check_detailed(scenario: Scenario) -> None:
 
 
 def run_detailed(scenario: Scenario) -> IterationResult:
+    """One iteration of ``scenario`` with every rank and every message simulated."""
+    return run_detailed_with_network(scenario)[0]
+
+
+def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:
+    """``run_detailed`` and the network it ran on (per-endpoint byte counts, flow counts)."""
     check_detailed(scenario)
     plan = build_plan(scenario)
     cluster, strategy = scenario.cluster, scenario.strategy
@@ -239,7 +281,7 @@ def run_detailed(scenario: Scenario) -> IterationResult:
         for b in plan.buckets
     )
     spans = tuple(s for r in ranks[:TRACED_RANKS] for s in r.spans)
-    return IterationResult(
+    result = IterationResult(
         world_size=n,
         batch_size=scenario.workload.batch_size,
         iteration_time_s=total,
@@ -256,3 +298,4 @@ def run_detailed(scenario: Scenario) -> IterationResult:
         fidelity="detailed",
         log=tuple(sorted(log, key=lambda entry: entry[0])),
     )
+    return result, net

@@ -63,8 +63,7 @@ class FlowNetwork:
         self._on_link: list[dict[int, _Flow]] = []
         self._heap: list[tuple[float, int, int, _Flow]] = []
         self._wakeups: list[float] = []
-        self._arrivals: list[_Flow] = []
-        self._flush_pending = False
+        self._activations: dict[float, list[_Flow]] = {}
         self._next_fid = 0
         self.flows_started = 0
         self.recomputations = 0
@@ -106,35 +105,32 @@ class FlowNetwork:
             self._after(alpha_s, lambda _: done.succeed())
             return done
         message = _Message(done, len(paths))
-        flows = []
+        at = self.env.now + max(0.0, alpha_s)
+        batch = self._activations.get(at)
+        if batch is None:  # the first message to start at this instant: one wake-up for all
+            batch = self._activations[at] = []
+            self._after(alpha_s, lambda _: self._activate(at))
+        fid = self._next_fid
         for path in paths:
-            flows.append(_Flow(self._next_fid, tuple(path), float(bytes_per_path), message))
-            self._next_fid += 1
-        self.flows_started += len(flows)
-        self._after(alpha_s, lambda _: self._arrive(flows))
+            batch.append(_Flow(fid, tuple(path), float(bytes_per_path), message))
+            fid += 1
+        self._next_fid = fid
+        self.flows_started += len(paths)
         return done
 
     def _after(self, delay_s: float, callback) -> None:
         timeout = self.env.timeout(max(0.0, delay_s))
         timeout.callbacks.append(callback)
 
-    def _arrive(self, flows: list[_Flow]) -> None:
-        self._arrivals.extend(flows)
-        if not self._flush_pending:
-            self._flush_pending = True
-            self._after(0.0, self._flush)
-
-    def _flush(self, _event=None) -> None:
-        """Put the flows that arrived at this instant on their links and re-share."""
-        self._flush_pending = False
+    def _activate(self, at: float) -> None:
+        """Put the flows whose latency ends now on their links and re-share."""
         now = self.env.now
         dirty: dict[int, None] = {}
-        for f in self._arrivals:
+        for f in self._activations.pop(at):
             f.updated_s = now
             for link in f.path:
                 self._on_link[link][f.fid] = f
                 dirty[link] = None
-        self._arrivals = []
         self._reshare(dirty)
 
     # -- completing flows -------------------------------------------------------------------
@@ -178,16 +174,36 @@ class FlowNetwork:
     # -- max-min fair sharing ---------------------------------------------------------------
 
     def _reshare(self, dirty_links: dict[int, None]) -> None:
-        """Recompute the max-min fair rates of the component reachable from ``dirty_links``."""
+        """Recompute the max-min fair rates of the components reachable from ``dirty_links``.
+
+        A flow alone on every link of its path is a component of its own: its rate is its
+        narrowest link's capacity (the common case inside a node). The others are collected
+        with the links and flows they are connected to and shared by progressive filling.
+        """
         self.recomputations += 1
+        on_link, capacity = self._on_link, self.capacity_Bps
+        now = self.env.now
         links: dict[int, None] = {}
         flows: dict[int, _Flow] = {}
-        stack = list(dirty_links)
-        for link in stack:
-            links[link] = None
+        stack: list[int] = []
+        alone: set[int] = set()
+        for dirty in dirty_links:
+            for fid, f in on_link[dirty].items():
+                if fid in flows or fid in alone:
+                    continue
+                path = f.path
+                if all(len(on_link[link]) == 1 for link in path):
+                    alone.add(fid)
+                    self._set_rate(f, min(capacity[link] for link in path), now)
+                    continue
+                flows[fid] = f
+                for link in path:
+                    if link not in links:
+                        links[link] = None
+                        stack.append(link)
         while stack:
             link = stack.pop()
-            for fid, f in self._on_link[link].items():
+            for fid, f in on_link[link].items():
                 if fid in flows:
                     continue
                 flows[fid] = f
@@ -195,17 +211,19 @@ class FlowNetwork:
                     if other not in links:
                         links[other] = None
                         stack.append(other)
-        now = self.env.now
-        for f in flows.values():
-            f.remaining -= f.rate * (now - f.updated_s)
-            f.updated_s = now
-        for fid, rate in max_min_rates(flows, self.capacity_Bps, self._on_link, links).items():
-            f = flows[fid]
-            f.rate = rate
-            f.version += 1
-            finish = now + max(f.remaining, 0.0) / rate
-            heapq.heappush(self._heap, (finish, fid, f.version, f))
+        if flows:
+            for fid, rate in max_min_rates(flows, capacity, on_link, links).items():
+                self._set_rate(flows[fid], rate, now)
         self._schedule_wakeup()
+
+    def _set_rate(self, f: _Flow, rate: float, now: float) -> None:
+        """Advance ``f`` to ``now`` at its old rate, then give it ``rate`` and a new finish time."""
+        remaining = f.remaining - f.rate * (now - f.updated_s)
+        f.remaining = remaining
+        f.updated_s = now
+        f.rate = rate
+        f.version += 1
+        heapq.heappush(self._heap, (now + max(remaining, 0.0) / rate, f.fid, f.version, f))
 
 
 def max_min_rates(flows: dict[int, _Flow], capacity_Bps: Sequence[float],
@@ -283,6 +301,7 @@ class ClusterNetwork:
         self.bytes_by_link: dict[str, float] = {"intra": 0.0, "inter": 0.0}
         self.sent_bytes: dict[int, float] = defaultdict(float)
         self.received_bytes: dict[int, float] = defaultdict(float)
+        self._routes: dict[tuple[int, int], tuple[list[tuple[int, ...]], str, float]] = {}
 
     def node_of(self, endpoint: int) -> int:
         """The node of a rank; -1 - p for parameter-server host p."""
@@ -318,9 +337,12 @@ class ClusterNetwork:
 
     def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None) -> simpy.Event:
         """Send ``n_bytes`` from ``src`` to ``dst``; the event succeeds on delivery."""
-        paths = self.paths(src, dst)
-        link_class = self.link_class(src, dst)
+        route = self._routes.get((src, dst))
+        if route is None:
+            link_class = self.link_class(src, dst)
+            route = self._routes[(src, dst)] = (self.paths(src, dst), link_class, self.link_for(link_class).alpha_s)
+        paths, link_class, alpha_s = route
         self.bytes_by_link[link_class] += n_bytes
         self.sent_bytes[src] += n_bytes
         self.received_bytes[dst] += n_bytes
-        return self.flows.start(paths, n_bytes / len(paths), self.link_for(link_class).alpha_s, done)
+        return self.flows.start(paths, n_bytes / len(paths), alpha_s, done)
