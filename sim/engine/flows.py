@@ -5,11 +5,12 @@ of the alpha-beta model), then its bytes flow at the rate max-min fairness gives
 progressive filling (water-filling) raises the rates of all unfrozen flows together, freezes
 the flows of the link that saturates first, and repeats (Bertsekas & Gallager, *Data
 Networks*, 2nd ed., sec. 6.5.2; SimGrid's LMM solves the same problem). Rates are recomputed
-whenever flows start or end, but only inside the connected component of links and flows that
-the change touches; starts and ends at the same instant are handled in one recomputation.
-Completion times live in a heap (stale entries skipped by version) and one SimPy wake-up is
-scheduled for the earliest, so a step of a 256-rank ring costs one event per message, not one
-per rate change.
+whenever flows start or end, but only inside the connected components of links and flows that
+the change touches (a flow alone on its links just gets its narrowest capacity); flows whose
+latency ends at the same instant start in one recomputation, and flows that end together
+(within ``TIME_RTOL``) end in one. Completion times live in a heap (stale entries skipped by
+version) and one SimPy wake-up is scheduled for the earliest, so a step of a 256-rank ring
+costs two recomputations and a handful of events, not one per rate change.
 
 ``ClusterNetwork`` builds the links of a ``Cluster`` (see its docstring) and offers
 ``yield net.transfer(src, dst, n_bytes)``.
@@ -75,9 +76,6 @@ class FlowNetwork:
         self.link_names.append(name)
         self._on_link.append({})
         return len(self.capacity_Bps) - 1
-
-    def active_flows(self) -> int:
-        return sum(1 for f in self._iter_active())
 
     def _iter_active(self):
         seen: set[int] = set()
