@@ -66,6 +66,7 @@ def assert_agree(s: Scenario) -> None:
     assert detailed.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=AGREEMENT_RTOL)
     assert detailed.compute_time_s == fast.compute_time_s
     assert detailed.exposed_comm_time_s == pytest.approx(fast.exposed_comm_time_s, rel=1e-6, abs=1e-12)
+    assert detailed.comm_time_s == pytest.approx(fast.comm_time_s, rel=AGREEMENT_RTOL)
     for link in ("intra", "inter"):
         assert detailed.bytes_by_link[link] == pytest.approx(fast.bytes_by_link[link], rel=AGREEMENT_RTOL)
     assert [b.end_s for b in detailed.buckets] == pytest.approx([b.end_s for b in fast.buckets], rel=AGREEMENT_RTOL)

@@ -188,3 +188,13 @@ def test_a_parameter_server_nic_is_shared_by_all_workers():
     ends, net = run_transfers(cluster(2, 2), [(r, 4) for r in range(4)], 1e9, servers=1)
     assert ends == pytest.approx([5e-6 + 0.4] * 4, rel=RTOL)
     assert net.received_bytes[4] == 4e9
+
+
+def test_a_parameter_server_port_into_an_oversubscribed_core_carries_b_over_o():
+    """The fast path's server load n x o: a server's traffic crossing the core gets B/o.
+
+    One worker alone pushing to the server: its NIC (10 GB/s) and the worker core (2 nodes x
+    10 GB/s / 2) would allow 10 GB/s; the server's port into the core allows 5 GB/s.
+    """
+    ends, _ = run_transfers(cluster(2, 1, over=2.0), [(0, 2)], 1e9, servers=1)
+    assert ends == pytest.approx([5e-6 + 0.2], rel=RTOL)
