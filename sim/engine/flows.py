@@ -1,0 +1,346 @@
+"""Flow-level network for SimPy: links are capacities, flows share them max-min fairly.
+
+A flow crosses a path of links. It first pays a start-up latency alpha (the per-message cost
+of the alpha-beta model), then its bytes flow at the rate max-min fairness gives it:
+progressive filling (water-filling) raises the rates of all unfrozen flows together, freezes
+the flows of the link that saturates first, and repeats (Bertsekas & Gallager, *Data
+Networks*, 2nd ed., sec. 6.5.2; SimGrid's LMM solves the same problem). Rates are recomputed
+whenever flows start or end, but only inside the connected components of links and flows that
+the change touches (a flow alone on its links just gets its narrowest capacity); flows whose
+latency ends at the same instant start in one recomputation, and flows that end together
+(within ``TIME_RTOL``) end in one. Completion times live in a heap (stale entries skipped by
+version) and one SimPy wake-up is scheduled for the earliest, so a step of a 256-rank ring
+costs two recomputations and a handful of events, not one per rate change.
+
+``ClusterNetwork`` builds the links of a ``Cluster`` (see its docstring) and offers
+``yield net.transfer(src, dst, n_bytes)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Sequence
+
+import simpy
+
+from sim.catalog import Link
+from sim.cluster import Cluster
+
+TIME_RTOL = 1e-13
+"""Flows whose completion times differ by less than this (relative) complete in one event."""
+
+
+class _Message:
+    """One transfer, possibly split into sub-flows; ``done`` fires when the last one ends."""
+
+    __slots__ = ("done", "open_subflows")
+
+    def __init__(self, done: simpy.Event, subflows: int):
+        self.done = done
+        self.open_subflows = subflows
+
+
+class _Flow:
+    __slots__ = ("fid", "path", "remaining", "rate", "updated_s", "version", "message")
+
+    def __init__(self, fid: int, path: tuple[int, ...], n_bytes: float, message: _Message):
+        self.fid = fid
+        self.path = path
+        self.remaining = n_bytes
+        self.rate = 0.0
+        self.updated_s = 0.0
+        self.version = 0
+        self.message = message
+
+
+class FlowNetwork:
+    """Links with capacities (bytes/s) and flows sharing them max-min fairly."""
+
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self.capacity_Bps: list[float] = []
+        self.link_names: list[str] = []
+        self._on_link: list[dict[int, _Flow]] = []
+        self._heap: list[tuple[float, int, int, _Flow]] = []
+        self._wakeups: list[float] = []
+        self._activations: dict[float, list[_Flow]] = {}
+        self._next_fid = 0
+        self.flows_started = 0
+        self.recomputations = 0
+
+    def add_link(self, name: str, capacity_Bps: float) -> int:
+        if not capacity_Bps > 0:
+            raise ValueError(f"link {name}: capacity must be positive, got {capacity_Bps}")
+        self.capacity_Bps.append(float(capacity_Bps))
+        self.link_names.append(name)
+        self._on_link.append({})
+        return len(self.capacity_Bps) - 1
+
+    def _iter_active(self):
+        seen: set[int] = set()
+        for flows in self._on_link:
+            for fid, f in flows.items():
+                if fid not in seen:
+                    seen.add(fid)
+                    yield f
+
+    def rates_Bps(self) -> dict[int, float]:
+        """Current rate of every active flow by flow id (for tests and traces)."""
+        return {f.fid: f.rate for f in self._iter_active()}
+
+    # -- starting flows ---------------------------------------------------------------------
+
+    def start(self, paths: Sequence[Sequence[int]], bytes_per_path: float, alpha_s: float,
+              done: simpy.Event | None = None) -> simpy.Event:
+        """One message of ``len(paths) x bytes_per_path`` bytes, one sub-flow per path.
+
+        The sub-flows wait ``alpha_s`` and then share the links; the returned event (``done``
+        if given) succeeds when the last sub-flow has delivered its bytes.
+        """
+        done = done if done is not None else self.env.event()
+        if bytes_per_path <= 0 or not paths:
+            self._after(alpha_s, lambda _: done.succeed())
+            return done
+        message = _Message(done, len(paths))
+        at = self.env.now + max(0.0, alpha_s)
+        batch = self._activations.get(at)
+        if batch is None:  # the first message to start at this instant: one wake-up for all
+            batch = self._activations[at] = []
+            self._after(alpha_s, lambda _: self._activate(at))
+        fid = self._next_fid
+        for path in paths:
+            batch.append(_Flow(fid, tuple(path), float(bytes_per_path), message))
+            fid += 1
+        self._next_fid = fid
+        self.flows_started += len(paths)
+        return done
+
+    def _after(self, delay_s: float, callback) -> None:
+        timeout = self.env.timeout(max(0.0, delay_s))
+        timeout.callbacks.append(callback)
+
+    def _activate(self, at: float) -> None:
+        """Put the flows whose latency ends now on their links and re-share."""
+        now = self.env.now
+        dirty: dict[int, None] = {}
+        for f in self._activations.pop(at):
+            f.updated_s = now
+            for link in f.path:
+                self._on_link[link][f.fid] = f
+                dirty[link] = None
+        self._reshare(dirty)
+
+    # -- completing flows -------------------------------------------------------------------
+
+    def _wake(self, _event) -> None:
+        heapq.heappop(self._wakeups)
+        now = self.env.now
+        horizon = now + TIME_RTOL * max(now, 1e-30)
+        dirty: dict[int, None] = {}
+        finished = []
+        while self._heap and self._heap[0][0] <= horizon:
+            _, _, version, f = heapq.heappop(self._heap)
+            if version != f.version:
+                continue
+            f.version = -1
+            for link in f.path:
+                del self._on_link[link][f.fid]
+                dirty[link] = None
+            finished.append(f)
+        for f in finished:
+            f.message.open_subflows -= 1
+            if f.message.open_subflows == 0:
+                f.message.done.succeed()
+        if dirty:
+            self._reshare(dirty)
+        else:
+            self._schedule_wakeup()
+
+    def _schedule_wakeup(self) -> None:
+        heap = self._heap
+        while heap and heap[0][2] != heap[0][3].version:
+            heapq.heappop(heap)
+        if not heap:
+            return
+        at = heap[0][0]
+        if self._wakeups and self._wakeups[0] <= at:
+            return
+        heapq.heappush(self._wakeups, at)
+        self._after(at - self.env.now, self._wake)
+
+    # -- max-min fair sharing ---------------------------------------------------------------
+
+    def _reshare(self, dirty_links: dict[int, None]) -> None:
+        """Recompute the max-min fair rates of the components reachable from ``dirty_links``.
+
+        A flow alone on every link of its path is a component of its own: its rate is its
+        narrowest link's capacity (the common case inside a node). The others are collected
+        with the links and flows they are connected to and shared by progressive filling.
+        """
+        self.recomputations += 1
+        on_link, capacity = self._on_link, self.capacity_Bps
+        now = self.env.now
+        links: dict[int, None] = {}
+        flows: dict[int, _Flow] = {}
+        stack: list[int] = []
+        alone: set[int] = set()
+        for dirty in dirty_links:
+            for fid, f in on_link[dirty].items():
+                if fid in flows or fid in alone:
+                    continue
+                path = f.path
+                if all(len(on_link[link]) == 1 for link in path):
+                    alone.add(fid)
+                    self._set_rate(f, min(capacity[link] for link in path), now)
+                    continue
+                flows[fid] = f
+                for link in path:
+                    if link not in links:
+                        links[link] = None
+                        stack.append(link)
+        while stack:
+            link = stack.pop()
+            for fid, f in on_link[link].items():
+                if fid in flows:
+                    continue
+                flows[fid] = f
+                for other in f.path:
+                    if other not in links:
+                        links[other] = None
+                        stack.append(other)
+        if flows:
+            for fid, rate in max_min_rates(flows, capacity, on_link, links).items():
+                self._set_rate(flows[fid], rate, now)
+        self._schedule_wakeup()
+
+    def _set_rate(self, f: _Flow, rate: float, now: float) -> None:
+        """Advance ``f`` to ``now`` at its old rate, then give it ``rate`` and a new finish time."""
+        remaining = f.remaining - f.rate * (now - f.updated_s)
+        f.remaining = remaining
+        f.updated_s = now
+        f.rate = rate
+        f.version += 1
+        heapq.heappush(self._heap, (now + max(remaining, 0.0) / rate, f.fid, f.version, f))
+
+
+def max_min_rates(flows: dict[int, _Flow], capacity_Bps: Sequence[float],
+                  on_link: Sequence[dict[int, _Flow]], links: dict[int, None]) -> dict[int, float]:
+    """Progressive filling over ``links`` (which hold every link of every flow in ``flows``).
+
+    Each round gives the unfrozen flows of the tightest links (least remaining capacity per
+    unfrozen flow) that fair share and removes it from every link they cross.
+    """
+    spare = {link: capacity_Bps[link] for link in links}
+    unfrozen_on = {link: len(on_link[link]) for link in links}
+    rates: dict[int, float] = {}
+    while len(rates) < len(flows):
+        share = min(spare[link] / unfrozen_on[link] for link in links if unfrozen_on[link] > 0)
+        share = max(share, 0.0)
+        limit = share * (1.0 + 1e-12)
+        tight = [link for link in links if unfrozen_on[link] > 0 and spare[link] / unfrozen_on[link] <= limit]
+        for link in tight:
+            for fid, f in on_link[link].items():
+                if fid in rates:
+                    continue
+                rates[fid] = share
+                for other in f.path:
+                    spare[other] -= share
+                    unfrozen_on[other] -= 1
+        if share == 0.0:
+            raise RuntimeError("a link's capacity is exhausted: max-min sharing found a zero rate")
+    return rates
+
+
+class ClusterNetwork:
+    """The links of a cluster, and transfers between its endpoints.
+
+    Endpoints are the ranks 0..n-1 in node-major order (rank = node x gpus_per_node + local)
+    and then the parameter-server hosts n..n+servers-1.
+    - Each GPU has an intra-node port, tx and rx, of ``intra_link.effective_Bps`` each.
+    - Each node has ``nics_per_node`` NICs, tx and rx, of ``inter_link.effective_Bps``. An
+      inter-node message is split into one equal sub-flow per NIC, NIC j to NIC j (NCCL spreads
+      its channels over the NICs; the fast path divides the load by nics_per_node).
+    - With oversubscription o > 1, traffic leaving (entering) the worker nodes crosses a core
+      uplink (downlink) of nodes x nics x B / o per direction: when every NIC is busy each
+      gets B / o, the fast path's load o / nics. (With o = 1 the core can never bind, as the
+      NICs feeding it add up to its capacity, so it is left out.)
+    - A parameter-server host has one NIC of the inter link; with o > 1 its port into the
+      core carries B / o, as the cluster's definition of oversubscription ("flows that cross
+      the core get 1/oversubscription of a NIC") and the fast path's server load n x o say.
+    The alpha a message pays is that of the slowest link class on its path.
+    """
+
+    def __init__(self, env: simpy.Environment, cluster: Cluster, servers: int = 0):
+        self.env = env
+        self.cluster = cluster
+        self.flows = FlowNetwork(env)
+        self.world_size = cluster.world_size
+        self.servers = servers
+        g, nodes, nics = cluster.gpus_per_node, cluster.nodes, cluster.nics_per_node
+        intra_Bps, inter_Bps = cluster.intra_link.effective_Bps, cluster.inter_link.effective_Bps
+        over = cluster.oversubscription
+        add = self.flows.add_link
+        self._gpu_tx = [add(f"gpu{r}.tx", intra_Bps) for r in range(self.world_size)] if g > 1 else []
+        self._gpu_rx = [add(f"gpu{r}.rx", intra_Bps) for r in range(self.world_size)] if g > 1 else []
+        self._nic_tx = [[add(f"node{d}.nic{j}.tx", inter_Bps) for j in range(nics)] for d in range(nodes)]
+        self._nic_rx = [[add(f"node{d}.nic{j}.rx", inter_Bps) for j in range(nics)] for d in range(nodes)]
+        self._core_up: tuple[int, ...] = ()
+        self._core_down: tuple[int, ...] = ()
+        self._server_up: list[tuple[int, ...]] = [()] * servers
+        self._server_down: list[tuple[int, ...]] = [()] * servers
+        if over > 1:
+            self._core_up = (add("core.up", nodes * nics * inter_Bps / over),)
+            self._core_down = (add("core.down", nodes * nics * inter_Bps / over),)
+            self._server_up = [(add(f"ps{p}.core.up", inter_Bps / over),) for p in range(servers)]
+            self._server_down = [(add(f"ps{p}.core.down", inter_Bps / over),) for p in range(servers)]
+        self._server_tx = [add(f"ps{p}.nic.tx", inter_Bps) for p in range(servers)]
+        self._server_rx = [add(f"ps{p}.nic.rx", inter_Bps) for p in range(servers)]
+        self.bytes_by_link: dict[str, float] = {"intra": 0.0, "inter": 0.0}
+        self.sent_bytes: dict[int, float] = defaultdict(float)
+        self.received_bytes: dict[int, float] = defaultdict(float)
+        self._routes: dict[tuple[int, int], tuple[list[tuple[int, ...]], str, float]] = {}
+
+    def node_of(self, endpoint: int) -> int:
+        """The node of a rank; -1 - p for parameter-server host p."""
+        if endpoint >= self.world_size:
+            return -1 - (endpoint - self.world_size)
+        return endpoint // self.cluster.gpus_per_node
+
+    def link_class(self, src: int, dst: int) -> str:
+        return "intra" if self.node_of(src) == self.node_of(dst) else "inter"
+
+    def paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
+        """The sub-flow paths of a message from ``src`` to ``dst``."""
+        if src == dst:
+            raise ValueError(f"a transfer from endpoint {src} to itself")
+        a, b = self.node_of(src), self.node_of(dst)
+        if a == b:
+            return [(self._gpu_tx[src], self._gpu_rx[dst])]
+        if a >= 0 and b >= 0:
+            return [(self._nic_tx[a][j], *self._core_up, *self._core_down, self._nic_rx[b][j])
+                    for j in range(self.cluster.nics_per_node)]
+        if a >= 0:  # worker -> server
+            p = -1 - b
+            return [(self._nic_tx[a][j], *self._core_up, *self._server_down[p], self._server_rx[p])
+                    for j in range(self.cluster.nics_per_node)]
+        p = -1 - a
+        if b >= 0:  # server -> worker
+            return [(self._server_tx[p], *self._server_up[p], *self._core_down, self._nic_rx[b][j])
+                    for j in range(self.cluster.nics_per_node)]
+        raise ValueError("transfers between parameter servers are not modelled")
+
+    def link_for(self, link_class: str) -> Link:
+        return self.cluster.intra_link if link_class == "intra" else self.cluster.inter_link
+
+    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None) -> simpy.Event:
+        """Send ``n_bytes`` from ``src`` to ``dst``; the event succeeds on delivery."""
+        route = self._routes.get((src, dst))
+        if route is None:
+            link_class = self.link_class(src, dst)
+            route = self._routes[(src, dst)] = (self.paths(src, dst), link_class, self.link_for(link_class).alpha_s)
+        paths, link_class, alpha_s = route
+        self.bytes_by_link[link_class] += n_bytes
+        self.sent_bytes[src] += n_bytes
+        self.received_bytes[dst] += n_bytes
+        return self.flows.start(paths, n_bytes / len(paths), alpha_s, done)
