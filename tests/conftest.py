@@ -12,6 +12,16 @@ def catalog():
     return builtin_catalog()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run only when asked for (``-m slow``, as ``tox -e slow`` does)."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="a long run: select it with -m slow (tox -e slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 def make_link(name: str = "test", bandwidth_Bps: float = 1e9, latency_s: float = 1e-5) -> Link:
     """A link with round numbers: alpha = latency_s, effective bandwidth = bandwidth_Bps."""
     return Link(name=name, kind="custom", bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, efficiency=1.0)

@@ -205,10 +205,8 @@ def test_same_input_same_result(shape, collective, overlap):
 @pytest.mark.slow
 @pytest.mark.parametrize("collective", COLLECTIVES)
 @pytest.mark.parametrize("gpus", [64, 256])
-def test_detailed_agrees_with_fast_at_scale(collective, gpus, request):
+def test_detailed_agrees_with_fast_at_scale(collective, gpus):
     """8 GPUs per node, 2 NICs, oversubscription 2: tens of seconds for the 256-rank ring."""
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a long run: select it with -m slow")
     s = scenario("big", "2x4", collective, True, bucket_mib=25)
     assert_agree(replace(s, cluster=replace(s.cluster, nodes=gpus // 8, gpus_per_node=8, nics_per_node=2,
                                              oversubscription=2.0)))
