@@ -408,7 +408,8 @@ LARGE_MODELS: dict[str, ModelSpec] = {
             batch=8,
             batch_note="fits a 32 GB V100 in fp32 training (our estimate, not a measurement): Adam keeps 16 B per "
                        "parameter (weights, gradients, two moments) = 5.4 GB; one 512-token sequence saves about "
-                       "1.9 GB of activations (per layer ~18 M elements: Q, K, V, two 16x512x512 attention maps, "
+                       "1.9 GB of activations (per layer ~18 M elements: Q, K, V, the 16x512x512 softmax output and "
+                       "its dropout, "
                        "the 4096-wide MLP input and GELU output; plus 512 x 30522 logits), so 8 sequences need "
                        "about 21 GB and 12 about 29 GB. Devlin et al. used 256 sequences per step on TPUs",
             params=335_141_888,
@@ -428,9 +429,11 @@ LARGE_MODELS: dict[str, ModelSpec] = {
             batch=1,
             batch_note="one 1024-token sequence, and only with activation checkpointing (which the simulator does "
                        "not model: recomputation costs about one more forward): fp32 Adam keeps 16 B per parameter "
-                       "= 24.9 GB of a 32 GB V100; one sequence saves about 20 GB of activations without "
-                       "recomputation (per block ~105 M elements, mostly two 25x1024x1024 attention maps), about "
-                       "1 GB with per-block checkpointing (our estimate). Megatron-LM's single-GPU baseline "
+                       "= 24.9 GB of a 32 GB V100; one sequence saves about 15 GB of activations without "
+                       "recomputation (per block ~80 M elements: the 25x1024x1024 softmax output and its dropout, "
+                       "52 M, plus Q, K, V and the 6400-wide MLP input and GELU output), about 1 GB with per-block "
+                       "checkpointing (block inputs 48 x 1024 x 1600, one block recomputed, the logits; our "
+                       "estimate). Megatron-LM's single-GPU baseline "
                        "(Shoeybi et al. 2019) is a 1.2B GPT-2 on a 32 GB V100 with mixed precision and checkpointing",
             params=1_557_611_200,
             params_source="Radford et al. 2019 Table 2: 1542M; KerasHub preset gpt2_extra_large_en: 1557611200 "
