@@ -36,7 +36,7 @@ class _Iteration:
 
     def compute(self):
         env, plan = self.env, self.plan
-        for name, t in zip(plan.layer_names, plan.fwd_s):
+        for name, t in zip(plan.layer_names, plan.fwd_s, strict=True):
             start = env.now
             yield env.timeout(t)
             self._span("compute", f"fwd {name}", start)
@@ -108,4 +108,5 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
         events=events,
         fidelity="fast",
         log=tuple(log),
+        codec_time_s=sum(plan.bucket_codec_s),
     )

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.catalog import GPU
+from sim.cluster import Cluster
+from sim.codecs import CODECS
 from sim.config import Scenario
+from sim.costs.codecs import compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s, gradient_sync_steps
 from sim.costs.compute import layer_times_s, optimizer_step_time_s
-from sim.strategy import DTYPE_BYTES
+from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
 
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
@@ -36,6 +40,8 @@ class IterationPlan:
     bucket_bytes_by_link: tuple[dict[str, float], ...]
     optimizer_s: float
     overlap: bool
+    bucket_codec_s: tuple[float, ...] = ()
+    """Encode/decode/local-sum time inside each bucket's comm time (0 without a codec)."""
 
     @property
     def compute_s(self) -> float:
@@ -66,6 +72,23 @@ def assign_buckets(grad_bytes: list[float], bucket_bytes: float, first_bucket_by
     return buckets
 
 
+def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> tuple[float, float, dict[str, float]]:
+    """(comm seconds, of which codec seconds, bytes by link) to synchronise one gradient bucket
+    of ``n_bytes`` (in the compute precision) over ``cluster``, through the strategy's codec."""
+    if cluster.world_size == 1 or n_bytes <= 0:
+        return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
+    if strategy.codec is None:
+        steps = gradient_sync_steps(n_bytes, cluster, strategy.collective, strategy.ps_servers)
+        return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
+    src = strategy.grad_bytes_per_param
+    sync = compressed_sync(
+        n_bytes / src, src, CODECS[strategy.codec], strategy.resolved_codec_path() or "allreduce", cluster,
+        gpu=gpu, collective=strategy.collective, ps_servers=strategy.ps_servers,
+        reduce_ns_per_elem=strategy.codec_reduce_ns_per_elem, error_feedback=strategy.error_feedback,
+    )
+    return sync.time_s, sync.codec_s, bytes_by_link(sync.steps)
+
+
 def build_plan(scenario: Scenario) -> IterationPlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
     dtype_bytes = DTYPE_BYTES[strategy.precision]
@@ -76,18 +99,16 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
     buckets = []
     comm_s = []
+    codec_s = []
     link_bytes = []
     for index, positions in enumerate(groups):
         layers = tuple(backward_order[p] for p in positions)
         n_bytes = sum(grad_bytes[p] for p in positions)
         buckets.append(Bucket(index, layers, n_bytes))
-        if cluster.world_size > 1 and n_bytes > 0:
-            steps = gradient_sync_steps(n_bytes, cluster, strategy.collective, strategy.ps_servers)
-            comm_s.append(collective_time_s(steps, cluster))
-            link_bytes.append(bytes_by_link(steps))
-        else:
-            comm_s.append(0.0)
-            link_bytes.append({"intra": 0.0, "inter": 0.0})
+        t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
+        comm_s.append(t)
+        codec_s.append(t_codec)
+        link_bytes.append(by_link)
     return IterationPlan(
         layer_names=tuple(layer.name for layer in workload.layers),
         fwd_s=tuple(t[0] for t in times),
@@ -97,4 +118,5 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         bucket_bytes_by_link=tuple(link_bytes),
         optimizer_s=optimizer_step_time_s(workload.param_count, dtype_bytes, workload.optimizer, cluster.gpu),
         overlap=strategy.overlap,
+        bucket_codec_s=tuple(codec_s),
     )
