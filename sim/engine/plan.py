@@ -14,6 +14,7 @@ from sim.config import Scenario
 from sim.costs.codecs import compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s, gradient_sync_steps
 from sim.costs.compute import layer_times_s, optimizer_step_time_s
+from sim.costs.ps import ps_placed_push_pull, round_robin_placement
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
 
@@ -89,6 +90,14 @@ def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) 
     return sync.time_s, sync.codec_s, bytes_by_link(sync.steps)
 
 
+def _placed_ps_sync(layer_bytes: list[float], cluster: Cluster, strategy: Strategy) -> tuple[float, float, dict[str, float]]:
+    """Whole layers on PS tasks, round-robin (sim.costs.ps); no codec on this path."""
+    if cluster.world_size == 1:
+        return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
+    steps = ps_placed_push_pull(round_robin_placement(layer_bytes, strategy.ps_servers), cluster)
+    return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
+
+
 def build_plan(scenario: Scenario) -> IterationPlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
     dtype_bytes = DTYPE_BYTES[strategy.precision]
@@ -96,7 +105,10 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     n_layers = len(workload.layers)
     backward_order = list(range(n_layers - 1, -1, -1))
     grad_bytes = [workload.layers[i].param_count * strategy.grad_bytes_per_param for i in backward_order]
-    groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
+    if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
+        groups = [list(range(n_layers))]  # all variables pulled and pushed together, after backward
+    else:
+        groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
     buckets = []
     comm_s = []
     codec_s = []
@@ -105,7 +117,11 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         layers = tuple(backward_order[p] for p in positions)
         n_bytes = sum(grad_bytes[p] for p in positions)
         buckets.append(Bucket(index, layers, n_bytes))
-        t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
+        if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
+            t, t_codec, by_link = _placed_ps_sync([workload.layers[i].param_count * strategy.grad_bytes_per_param
+                                                   for i in range(n_layers)], cluster, strategy)
+        else:
+            t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
         comm_s.append(t)
         codec_s.append(t_codec)
         link_bytes.append(by_link)
