@@ -62,8 +62,12 @@ class _Servers:
     def __init__(self, plan: AsyncPlan, workers: int):
         self.plan = plan
         nodes = -(-workers // plan.gpus_per_node)
-        # per server: (bytes, NIC seconds per transfer, update seconds)
+        # per server: (bytes, NIC seconds per transfer, update seconds). Every request goes to
+        # every server in the same order, so servers holding equal shards have identical
+        # free-at times: one of them stands for all (exact, and O(1) per request).
         self.servers = [(size, size / plan.server_Bps, upd) for size, upd in zip(plan.server_bytes, plan.update_s, strict=True)]
+        if len(set(self.servers)) == 1:
+            self.servers = self.servers[:1]
         self.out_free = [0.0] * len(self.servers)
         self.in_free = [0.0] * len(self.servers)
         self.cpu_free = [0.0] * len(self.servers)
