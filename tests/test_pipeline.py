@@ -182,3 +182,24 @@ def test_pipeline_metrics_columns():
         assert column in row
     assert row["bubble_time_s"] > 0 and row["data_parallel"] == 1
     replace(result)  # frozen dataclass stays constructible
+
+
+def test_cli_bad_degrees_exit_2(capsys):
+    from scalebench.cli import main
+
+    code = main(["simulate", "--model", "mlp", "--gpus", "32", "--gpus-per-node", "8", "--dp", "2", "--tp", "4", "--pp", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "strategy.dp * tp * pp" in err and "2 * 4 * 2 = 16" in err and "32" in err
+
+
+def test_cli_hybrid_breakdown_and_run(capsys):
+    from scalebench.cli import main
+
+    assert main(["simulate", "--model", "mlp", "--gpus", "16", "--gpus-per-node", "8", "--tp", "2", "--pp", "2",
+                 "--micro-batches", "4", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "bubble_time_s" in out.splitlines()[0]
+    assert main(["simulate", "--model", "mlp", "--gpus", "8", "--collective", "ps", "--ps-mode", "async",
+                 "--iterations", "5"]) == 0
+    assert "staleness" in capsys.readouterr().out
