@@ -141,7 +141,7 @@ def scenario_columns(scenario: Scenario) -> dict[str, Any]:
         "overlap": s.overlap,
         "precision": s.precision,
         "codec": s.codec or s.precision,
-        "codec_path": s.resolved_codec_path() or "allreduce",
+        "codec_path": s.resolved_codec_path() or "",
         "dp": s.dp_degree(c.world_size),
         "tp": s.tp,
         "pp": s.pp,

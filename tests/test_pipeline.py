@@ -203,3 +203,31 @@ def test_cli_hybrid_breakdown_and_run(capsys):
     assert main(["simulate", "--model", "mlp", "--gpus", "8", "--collective", "ps", "--ps-mode", "async",
                  "--iterations", "5"]) == 0
     assert "staleness" in capsys.readouterr().out
+
+
+@settings(max_examples=30, deadline=None)
+@given(collective=st.sampled_from(["ring", "tree", "hierarchical", "ps"]),
+       codec=st.sampled_from([None, "fp16", "bf16", "fp8_e4m3", "int8"]), m=st.sampled_from([1, 2, 4, 8]),
+       error_feedback=st.booleans(), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_one_gpu_communicates_nothing(collective, codec, m, error_feedback, schedule):
+    strategy = {"collective": collective, "micro_batches": m, "schedule": schedule, "error_feedback": error_feedback}
+    if codec:
+        strategy["codec"] = codec
+    result = simulate(scenario_from_dict(spec(uniform_layers(4, params=1000, acts=100), gpus=1, per_node=1, intra="net",
+                                              inter="net", **strategy)))
+    assert result.bytes_by_link == {"intra": 0.0, "inter": 0.0}
+    assert result.comm_time_s == 0 and result.codec_time_s == 0 and result.tp_comm_time_s == 0
+    assert result.pp_comm_time_s == 0
+
+
+def test_fast_and_detailed_paths_agree_on_codec_bytes():
+    """Once the detailed (per-flow) engine exists: it must move the same bytes as the fast path
+    for compressed gradients, on both the allreduce (fp16) and the allgather (fp8) paths."""
+    pytest.importorskip("sim.engine.detailed")
+    for codec in ("fp16", "fp8_e4m3"):
+        base = spec(uniform_layers(4, params=100_000, acts=100), gpus=4, per_node=4, intra="net", codec=codec)
+        fast = simulate(scenario_from_dict(base))
+        detailed = simulate(scenario_from_dict({**base, "simulation": {"fidelity": "detailed"}}))
+        for link in ("intra", "inter"):
+            assert detailed.bytes_by_link[link] == pytest.approx(fast.bytes_by_link[link], rel=1e-9)
+        assert detailed.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=0.05)
