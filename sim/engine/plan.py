@@ -5,6 +5,7 @@ Pure: the event layer only schedules what is computed here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.catalog import GPU
@@ -49,7 +50,7 @@ class IterationPlan:
         return sum(self.fwd_s) + sum(self.bwd_s) + self.optimizer_s
 
 
-def assign_buckets(grad_bytes: list[float], bucket_bytes: float, first_bucket_bytes: float) -> list[list[int]]:
+def assign_buckets(grad_bytes: Sequence[float], bucket_bytes: float, first_bucket_bytes: float) -> list[list[int]]:
     """Group layers (given in backward order, by their gradient bytes) into buckets.
 
     A bucket closes once it holds at least its cap; a layer is never split; layers without
