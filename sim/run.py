@@ -200,6 +200,7 @@ def build_async_plan(scenario: Scenario, iterations: int, rng: np.random.Generat
         gpus_per_node=c.gpus_per_node,
         fail_rank=scenario.faults.fail_rank,
         fail_at_s=scenario.faults.fail_at_s,
+        max_staleness=scenario.strategy.max_staleness,
     )
 
 

@@ -28,7 +28,7 @@ STRATEGY_KEYS = (
     "kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule",
-    "ps_mode", "ps_placement", "staleness_penalty",
+    "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
 )
 
 
@@ -66,6 +66,9 @@ class Strategy:
     """With collective=ps: sync (all workers' gradients per step) or async (one process per worker)."""
     ps_placement: str = "sharded"
     staleness_penalty: str = "inverse"
+    max_staleness: int | None = None
+    """Asynchronous PS: a worker may run at most this many steps ahead of the slowest (stale
+    synchronous parallel, Ho et al. 2013); None: unbounded."""
     """Statistical efficiency of a stale update (sim/run.py): inverse = 1/max(1, staleness)."""
 
     @property
@@ -129,6 +132,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         schedule=require_choice(f"{where}.schedule", spec.get("schedule", "1f1b"), SCHEDULES),
         ps_mode=require_choice(f"{where}.ps_mode", spec.get("ps_mode", "sync"), PS_MODES),
         ps_placement=require_choice(f"{where}.ps_placement", spec.get("ps_placement", "sharded"), PS_PLACEMENTS),
+        max_staleness=(None if spec.get("max_staleness") is None else
+                       require_positive(f"{where}.max_staleness", spec["max_staleness"], integer=True, allow_zero=True)),
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
     )
