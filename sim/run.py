@@ -154,11 +154,13 @@ def _sync_run(scenario: Scenario, iterations: int, rng: np.random.Generator) -> 
             cache[scale] = time_of(scale)
         step = cache[scale]
         if not failed and t + step > faults.fail_at_s:
+            # a failure while a checkpoint is being written is noticed when the write ends
+            fail_s = max(faults.fail_at_s, t)
             failed = True
-            lost += faults.fail_at_s - checkpoint_t
+            lost += fail_s - checkpoint_t
             lost_iterations += done - checkpoint_done
             done = checkpoint_done
-            t = faults.fail_at_s + faults.restart_s
+            t = fail_s + faults.restart_s
             checkpoint_t = t
             restarts += 1
             continue
