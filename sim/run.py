@@ -28,15 +28,11 @@ import numpy as np
 from sim.config import Scenario
 from sim.costs.compute import OPTIMIZER_TRAFFIC, layer_times_s
 from sim.costs.ps import even_placement, round_robin_placement
+from sim.costs.staleness import STALENESS_PENALTIES
 from sim.engine.async_ps import AsyncPlan, run_async_ps
 from sim.errors import require_positive
 from sim.faults import lognormal_jitter, rank_speed_factors
 from sim.strategy import DTYPE_BYTES
-
-STALENESS_PENALTIES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "none": lambda tau: np.ones(len(tau)),
-    "inverse": lambda tau: 1.0 / np.maximum(1, tau),  # Zhang et al. 2016: learning rate / staleness
-}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ PS_MODES = ("sync", "async")
 PS_PLACEMENTS = ("sharded", "round_robin")
 """sharded: every server holds 1/P of every tensor; round_robin: whole layers placed on servers
 in turn (TensorFlow's replica_device_setter default, the seeds' first hands-on layout)."""
-STALENESS_PENALTIES = ("none", "inverse")
 COLLECTIVES = ("ring", "tree", "hierarchical", "ps")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -66,10 +65,10 @@ class Strategy:
     """With collective=ps: sync (all workers' gradients per step) or async (one process per worker)."""
     ps_placement: str = "sharded"
     staleness_penalty: str = "inverse"
+    """Statistical efficiency of a stale update (sim/costs/staleness.py): inverse = 1/max(1, staleness)."""
     max_staleness: int | None = None
     """Asynchronous PS: a worker may run at most this many steps ahead of the slowest (stale
     synchronous parallel, Ho et al. 2013); None: unbounded."""
-    """Statistical efficiency of a stale update (sim/run.py): inverse = 1/max(1, staleness)."""
 
     @property
     def grad_bytes_per_param(self) -> int:
@@ -91,6 +90,8 @@ class Strategy:
 
 
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
+    from sim.costs.staleness import STALENESS_PENALTIES
+
     spec = spec or {}
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(STRATEGY_KEYS))
