@@ -102,7 +102,8 @@ def breakdown_table(row: dict) -> str:
         "",
         f"  throughput  {row['throughput_samples_per_s']:,.0f} samples/s",
         f"  speedup     {row['speedup']:.1f}x over 1 GPU (weak scaling, same per-GPU batch)",
-        f"  efficiency  {100 * row['scaling_efficiency']:.1f} %  (T1 / TN; 1 GPU: {human_seconds(row['baseline_time_s'])})",
+        f"  efficiency  {100 * row['scaling_efficiency']:.1f} %  (speedup / GPUs; one GPU doing one replica's batch: "
+        f"{human_seconds(row['baseline_time_s'])})",
     ]
     return "\n".join(lines) + "\n"
 
