@@ -63,7 +63,7 @@ def apply_calibration(scenario: Scenario, calibration: dict[str, Any]) -> Scenar
     k = compute_scale_factor(scenario, calibration)
     times, _ = _layer_and_optimizer_s(scenario, scenario.workload.batch_size)
     layers = tuple(replace(layer, fwd_time_s=k * f, bwd_time_s=k * b)
-                   for layer, (f, b) in zip(scenario.workload.layers, times))
+                   for layer, (f, b) in zip(scenario.workload.layers, times, strict=False))
     return replace(scenario, workload=replace(scenario.workload, layers=layers))
 
 

@@ -308,7 +308,7 @@ def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list
     first_error: ConfigError | None = None
     sources = {"sim": ("sim",), "real": ("real",), "both": ("sim", "real")}[experiment.backend]
     for values in itertools.product(*(experiment.axes[n] for n in names)):
-        spec, labels = _combination_spec(experiment, dict(zip(names, values)))
+        spec, labels = _combination_spec(experiment, dict(zip(names, values, strict=False)))
         try:
             scenario_from_dict(spec, catalog)
             if experiment.calibration:

@@ -89,7 +89,7 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.plot(gpus, [TARGET_EFFICIENCY * g for g in gpus], color="grey", linestyle=":", linewidth=1,
             label="75 % efficiency (4 machines do the work of 3)")
     series = list(dict.fromkeys(data["series"]))
-    for color, s in zip(_colors(len(series)), series):
+    for color, s in zip(_colors(len(series)), series, strict=False):
         for source, style in (("sim", dict(marker="o", linestyle="-")),
                               ("real", dict(marker="s", linestyle="--", markerfacecolor="none"))):
             part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
@@ -116,7 +116,7 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2,
                label="75 %: 4 machines doing the work of 3")
     series = list(dict.fromkeys(data["series"]))
-    for color, s in zip(_colors(len(series)), series):
+    for color, s in zip(_colors(len(series)), series, strict=False):
         for source, style in (("sim", dict(marker="o", linestyle="-")),
                               ("real", dict(marker="s", linestyle="--", markerfacecolor="none"))):
             part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
@@ -139,16 +139,16 @@ def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     rows = math.ceil(len(series) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=True)
     parts = [(c, label, color) for c, label, color in BREAKDOWN_PARTS if c in sim.columns]
-    for ax, s in zip(axes.flat, series):
+    for ax, s in zip(axes.flat, series, strict=False):
         part = sim[sim["series"] == s].sort_values(GPU_COLUMN)
         x = range(len(part))
         bottom = [0.0] * len(part)
         for column, label, color in parts:
             values = (1e3 * part[column].fillna(0)).tolist()
             ax.bar(x, values, bottom=bottom, color=color, label=label, width=0.7)
-            bottom = [b + v for b, v in zip(bottom, values)]
-        other = [1e3 * it - b for it, b in zip(part["iteration_time_s"], bottom)]
-        if any(o > 0.01 * b for o, b in zip(other, bottom)):
+            bottom = [b + v for b, v in zip(bottom, values, strict=False)]
+        other = [1e3 * it - b for it, b in zip(part["iteration_time_s"], bottom, strict=False)]
+        if any(o > 0.01 * b for o, b in zip(other, bottom, strict=False)):
             ax.bar(x, [max(0.0, o) for o in other], bottom=bottom, color="#cccccc", label="other", width=0.7)
         ax.set_xticks(list(x))
         ax.set_xticklabels([str(int(g)) for g in part[GPU_COLUMN]], fontsize=8)
@@ -178,7 +178,7 @@ def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: st
     bars = list(dict.fromkeys(at[others].astype(str).agg(", ".join, axis=1))) if others else [""]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(bars)) ** 0.5 + 3), 4.8))
     width = 0.8 / len(bars)
-    for j, (color, b) in enumerate(zip(_colors(len(bars)), bars)):
+    for j, (color, b) in enumerate(zip(_colors(len(bars)), bars, strict=False)):
         ys = []
         for g in groups:
             sel = at[at[axis].astype(str) == g]

@@ -97,7 +97,7 @@ def run_experiment(
     start = time.perf_counter()
     points, skipped = expand(experiment)
     ids = [point_id(p, experiment) for p in points]
-    by_id: dict[str, Point] = dict(zip(ids, points))
+    by_id: dict[str, Point] = dict(zip(ids, points, strict=False))
     if len(by_id) < len(ids):
         log(f"{len(ids) - len(by_id)} points resolve to an identical config and run once")
     order = list(dict.fromkeys(ids))
