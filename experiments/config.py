@@ -39,8 +39,11 @@ EXPERIMENT_KEYS = (
     *SCENARIO_KEYS, "sweep", "backend", "repetitions", "seed", "max_points", "real", "calibration",
     "tolerance",
 )
-REAL_KEYS = ("iterations", "warmup", "timeout_s", "link", "topology")
-REAL_DEFAULTS: dict[str, Any] = {"iterations": 20, "warmup": 5, "timeout_s": 300.0, "link": None, "topology": None}
+REAL_CALL_KEYS = ("iterations", "warmup", "timeout_s", "link", "topology")
+"""Keys of the ``real:`` section that are arguments of ``real.measure.measure_point``; the
+section's other keys (strategy, compression, backend, threads, ...) are the harness' scenario
+options and travel to it inside the point's spec as its ``real:`` section."""
+REAL_DEFAULTS: dict[str, Any] = {"iterations": 20, "warmup": 3, "timeout_s": 60.0, "link": None, "topology": "shared"}
 CALIBRATION_KEYS = ("single_gpu_iteration_time_s", "single_gpu_samples_per_s", "batch_size", "source")
 SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog")
 
@@ -81,6 +84,9 @@ class Experiment:
     seed: int = 0
     max_points: int = DEFAULT_MAX_POINTS
     real: dict[str, Any] = field(default_factory=lambda: dict(REAL_DEFAULTS))
+    """measure_point's keyword arguments."""
+    real_spec: dict[str, Any] = field(default_factory=dict)
+    """The harness' own options, put into a measured point's spec as ``real:``."""
     calibration: dict[str, Any] | None = None
     tolerance: dict[str, float] | None = None
     """Regression tolerances (only read by ``scalebench regress``)."""
@@ -190,7 +196,9 @@ def set_dotted(spec: dict[str, Any], path: str, value: Any) -> None:
 def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experiment:
     if not isinstance(raw, dict):
         raise ConfigError("config", type(raw).__name__, "a YAML mapping (name, workload, cluster, strategy, sweep, ...)")
-    reject_unknown_keys("config", raw, EXPERIMENT_KEYS)
+    unknown = sorted(set(raw) - set(EXPERIMENT_KEYS))
+    if unknown:
+        raise ConfigError(f"config.{unknown[0]}", _short(raw[unknown[0]]), "known keys: " + ", ".join(sorted(EXPERIMENT_KEYS)))
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name or any(c in name for c in "/\\ ") or name.startswith("."):
         raise ConfigError("name", name, "a non-empty name without slashes or spaces (it names results/<name>/)")
@@ -209,6 +217,7 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
         seed=require_positive("seed", raw.get("seed", 0), integer=True, allow_zero=True),
         max_points=require_positive("max_points", raw.get("max_points", DEFAULT_MAX_POINTS), integer=True),
         real=_real_options(raw.get("real")),
+        real_spec={k: v for k, v in (raw.get("real") or {}).items() if k not in REAL_CALL_KEYS},
         calibration=_calibration(raw.get("calibration")),
         tolerance=_tolerance(raw.get("tolerance")),
         raw=copy.deepcopy(raw),
@@ -222,6 +231,12 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
     return experiment
 
 
+def _short(value: Any, limit: int = 60) -> Any:
+    """A value short enough for a one-line error (long mappings and lists are abbreviated)."""
+    text = repr(value)
+    return value if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def load_experiment(path: str | Path) -> Experiment:
     return experiment_from_dict(read_yaml(path), default_name=Path(path).stem)
 
@@ -230,9 +245,8 @@ def _real_options(spec: Any) -> dict[str, Any]:
     if spec is None:
         return dict(REAL_DEFAULTS)
     if not isinstance(spec, dict):
-        raise ConfigError("real", spec, "a mapping with keys " + ", ".join(REAL_KEYS))
-    reject_unknown_keys("real", spec, REAL_KEYS)
-    out = {**REAL_DEFAULTS, **spec}
+        raise ConfigError("real", _short(spec), "a mapping with keys " + ", ".join(REAL_CALL_KEYS) + " and the harness' options")
+    out = {**REAL_DEFAULTS, **{k: v for k, v in spec.items() if k in REAL_CALL_KEYS}}
     require_positive("real.iterations", out["iterations"], integer=True)
     require_positive("real.warmup", out["warmup"], integer=True, allow_zero=True)
     require_positive("real.timeout_s", out["timeout_s"])
@@ -326,7 +340,10 @@ def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list
             rep_spec["simulation"] = dict(rep_spec.get("simulation") or {})
             rep_spec["simulation"]["seed"] = experiment.seed + rep
             for source in sources:
-                points.append(Point(rep_spec, labels, rep, source))
+                if source == "real" and experiment.real_spec:
+                    points.append(Point({**rep_spec, "real": copy.deepcopy(experiment.real_spec)}, labels, rep, source))
+                else:
+                    points.append(Point(rep_spec, labels, rep, source))
     if not points and first_error is not None:
         raise first_error
     return points, skipped

@@ -69,11 +69,22 @@ def load_measure():
     return measure_point
 
 
+def check_real_specs(specs: list[dict[str, Any]]) -> None:
+    """Validate the harness' options of every measured point before any runs (if the harness
+    exposes its checker, ``real.config.real_scenario``)."""
+    try:
+        from real.config import real_scenario
+    except ImportError:
+        return
+    for spec in specs:
+        real_scenario(spec)
+
+
 def run_real_point(spec: dict[str, Any], options: dict[str, Any], measure) -> dict[str, Any]:
     """Measure one point with the torch harness; its metric columns, config columns from sim."""
     from sim.config import scenario_columns, scenario_from_dict
 
-    scenario = scenario_from_dict(spec, base_catalog())
+    scenario = scenario_from_dict(spec, base_catalog(), extra_keys=("real",))
     measured = measure(spec, iterations=options["iterations"], warmup=options["warmup"],
                        timeout_s=options["timeout_s"], link=options["link"], topology=options["topology"])
     if not isinstance(measured, dict) or "iteration_time_s" not in measured:
@@ -83,7 +94,12 @@ def run_real_point(spec: dict[str, Any], options: dict[str, Any], measure) -> di
 
 @cache
 def git_revision() -> str:
-    """The checkout's commit (short), or 'unknown' outside a git checkout."""
+    """The checkout's commit (short); $SCALEBENCH_GIT_REVISION when set (a run from an exported
+    tree, e.g. branches combined before a merge); 'unknown' outside a git checkout."""
+    import os
+
+    if os.environ.get("SCALEBENCH_GIT_REVISION"):
+        return os.environ["SCALEBENCH_GIT_REVISION"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent, timeout=10)

@@ -106,6 +106,10 @@ def run_experiment(
         from experiments.points import load_measure
 
         measure = load_measure()
+    if any(p.source == "real" for p in points):
+        from experiments.points import check_real_specs
+
+        check_real_specs([p.spec for p in points if p.source == "real"])
     store.write_meta(experiment, order, skipped)
     done = set() if force else store.finished_ids() & set(order)
     todo = [pid for pid in order if pid not in done]
