@@ -47,6 +47,9 @@ def _colors(n: int) -> list[Any]:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
 def describe_fixed(df: pd.DataFrame) -> str:
     """The config columns that are the same in every row, as a short line for subtitles."""
     parts = []
@@ -63,7 +66,8 @@ def _save(fig, stem: Path) -> list[Path]:
     written = []
     for fmt in FORMATS:
         buf = io.BytesIO()
-        fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+        with plt.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, smaller
+            fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
         written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
     plt.close(fig)
     return written
@@ -89,9 +93,10 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.plot(gpus, [TARGET_EFFICIENCY * g for g in gpus], color="grey", linestyle=":", linewidth=1,
             label="75 % efficiency (4 machines do the work of 3)")
     series = list(dict.fromkeys(data["series"]))
-    for color, s in zip(_colors(len(series)), series, strict=False):
-        for source, style in (("sim", dict(marker="o", linestyle="-")),
-                              ("real", dict(marker="s", linestyle="--", markerfacecolor="none"))):
+    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
+        marker = MARKERS[i % len(MARKERS)]
+        for source, style in (("sim", dict(marker=marker, linestyle="-")),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
             part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
             if part.empty:
                 continue
@@ -116,9 +121,10 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2,
                label="75 %: 4 machines doing the work of 3")
     series = list(dict.fromkeys(data["series"]))
-    for color, s in zip(_colors(len(series)), series, strict=False):
-        for source, style in (("sim", dict(marker="o", linestyle="-")),
-                              ("real", dict(marker="s", linestyle="--", markerfacecolor="none"))):
+    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
+        marker = MARKERS[i % len(MARKERS)]
+        for source, style in (("sim", dict(marker=marker, linestyle="-")),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
             part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
             if not part.empty:
                 ax.plot(part[GPU_COLUMN], 100 * part["scaling_efficiency"], color=color,

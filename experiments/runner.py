@@ -40,7 +40,7 @@ class RunSummary:
 
 def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Executor:
     if kind == "process":
-        return cf.ProcessPoolExecutor(max_workers=jobs)
+        return cf.ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
     if kind == "dask":
         try:
             from dask.distributed import Client, LocalCluster
@@ -55,6 +55,13 @@ def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Execut
             raise ConfigError("--executor", "ray", "process (ray is not installed: pip install ray)") from None
         return _RayExecutor(ray, address)
     raise ConfigError("--executor", kind, EXECUTORS)
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops the sweep and keeps the finished points."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _RayExecutor(cf.Executor):
