@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from experiments.calibrate import calibrated_scenario, compute_scale_factor
-from experiments.config import experiment_from_dict, expand, expand_axis, load_experiment
+from experiments.config import expand, expand_axis, experiment_from_dict, load_experiment
 from experiments.points import point_id
 from sim.config import scenario_from_dict
 from sim.errors import ConfigError
