@@ -47,6 +47,8 @@ def _colors(n: int) -> list[Any]:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+MAX_SERIES = 12
+"""Plots draw at most this many series (the first ones, in sweep order) and say so in the title."""
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 
 
@@ -60,6 +62,14 @@ def describe_fixed(df: pd.DataFrame) -> str:
                 value = int(value)
             parts.append(fmt.format(value))
     return ", ".join(parts)
+
+
+def _limit_series(data: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    series = list(dict.fromkeys(data["series"]))
+    if len(series) <= MAX_SERIES:
+        return data, ""
+    kept = set(series[:MAX_SERIES])
+    return data[data["series"].isin(kept)], f" [first {MAX_SERIES} of {len(series)} series]"
 
 
 def _save(fig, stem: Path) -> list[Path]:
@@ -87,6 +97,7 @@ def _title(ax, title: str, df: pd.DataFrame, name: str) -> None:
 
 
 def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
+    data, note = _limit_series(data)
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     gpus = sorted(data[GPU_COLUMN].unique())
     ax.plot(gpus, gpus, color="black", linestyle="--", linewidth=1, label="ideal (speedup = GPUs)")
@@ -108,13 +119,14 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     _gpu_axis(ax, gpus)
     ax.set_yscale("log", base=2)
     ax.set_ylabel("speedup over 1 GPU (x, log scale)")
-    _title(ax, "Speedup vs GPUs (weak scaling; labels: efficiency at the largest size)", data, name)
+    _title(ax, "Speedup vs GPUs (weak scaling; labels: efficiency at the largest size)" + note, data, name)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     return _save(fig, stem)
 
 
 def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
+    data, note = _limit_series(data)
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     gpus = sorted(data[GPU_COLUMN].unique())
     ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
@@ -132,14 +144,14 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     _gpu_axis(ax, gpus)
     ax.set_ylim(0, 105)
     ax.set_ylabel("scaling efficiency T1 / TN (%)")
-    _title(ax, "Scaling efficiency vs GPUs (weak scaling, same batch per GPU)", data, name)
+    _title(ax, "Scaling efficiency vs GPUs (weak scaling, same batch per GPU)" + note, data, name)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
     return _save(fig, stem)
 
 
 def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
-    sim = data[data["source"] == "sim"]
+    sim, note = _limit_series(data[data["source"] == "sim"])
     series = list(dict.fromkeys(sim["series"]))
     cols = min(3, len(series))
     rows = math.ceil(len(series) / cols)
@@ -167,7 +179,7 @@ def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
         ax.set_ylabel("time per iteration (ms)")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, -0.02))
-    fig.suptitle(f"Where one iteration's time goes (simulated)\n{name}: {describe_fixed(sim)}", fontsize=10)
+    fig.suptitle(f"Where one iteration's time goes (simulated){note}\n{name}: {describe_fixed(sim)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return _save(fig, stem)
 
@@ -182,6 +194,8 @@ def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: st
     others = [a for a in series_axes if a != axis and a in at.columns]
     groups = list(dict.fromkeys(at[axis].astype(str)))
     bars = list(dict.fromkeys(at[others].astype(str).agg(", ".join, axis=1))) if others else [""]
+    note = f" [first {MAX_SERIES} of {len(bars)} bar series]" if len(bars) > MAX_SERIES else ""
+    bars = bars[:MAX_SERIES]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(bars)) ** 0.5 + 3), 4.8))
     width = 0.8 / len(bars)
     for j, (color, b) in enumerate(zip(_colors(len(bars)), bars, strict=False)):
@@ -197,11 +211,11 @@ def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: st
     ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2, label="75 % target")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, fontsize=8, rotation=15 if max(map(len, groups)) > 12 else 0)
-    ax.set_xlabel(axis_title(axis) + f"  ({axis})")
+    ax.set_xlabel(axis_title(axis) if axis_title(axis) == axis else f"{axis_title(axis)}  ({axis})")
     ax.set_ylabel(f"scaling efficiency at {int(gpus)} GPUs (%)")
     ax.set_ylim(0, 110)
     title_others = f"; bars: {', '.join(axis_title(o) for o in others)}" if others else ""
-    ax.set_title(f"Scaling efficiency by {axis_title(axis)} at {int(gpus)} GPUs (simulated{title_others})\n"
+    ax.set_title(f"Scaling efficiency by {axis_title(axis)} at {int(gpus)} GPUs (simulated{title_others}){note}\n"
                  f"{name}: {describe_fixed(at)}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))

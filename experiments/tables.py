@@ -34,12 +34,15 @@ def mean_over_repetitions(df: pd.DataFrame) -> pd.DataFrame:
     return df.groupby(keys, sort=False, as_index=False).agg(agg)
 
 
-def efficiency_table(df: pd.DataFrame, meta: dict[str, Any], source: str = "sim") -> str:
+def efficiency_table(df: pd.DataFrame, meta: dict[str, Any], source: str = "sim", max_series: int = 12) -> str:
     """Scaling efficiency (%) by GPU count (rows) and series (columns), as plain text."""
     data = mean_over_repetitions(with_series(df, meta))
     data = data[data["source"] == source]
     if data.empty:
         return f"(no {source} rows)"
+    if data["series"].nunique() > max_series:
+        return (f"({data['series'].nunique()} series: too many to print; see results.csv, the plots, "
+                f"or `scalebench report`)")
     pivot = data.pivot_table(index=GPU_COLUMN, columns="series", values="scaling_efficiency", sort=False)
     pivot = pivot.sort_index()
     text = (100 * pivot).round(1).to_string(na_rep="-")
