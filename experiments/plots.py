@@ -76,7 +76,8 @@ def _save(fig, stem: Path) -> list[Path]:
     written = []
     for fmt in FORMATS:
         buf = io.BytesIO()
-        with plt.rc_context({"svg.fonttype": "none"}):  # SVG text stays text: searchable, smaller
+        # SVG text stays text (searchable, smaller); a fixed hash salt makes SVG ids reproducible
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "scalebench"}):
             fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
         written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
     plt.close(fig)
