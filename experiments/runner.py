@@ -118,7 +118,11 @@ def run_experiment(
 
         check_real_specs([p.spec for p in points if p.source == "real"])
     store.write_meta(experiment, order, skipped)
-    done = set() if force else store.finished_ids() & set(order)
+    finished = store.finished_ids()
+    stale = len(finished - set(order))
+    if stale:
+        log(f"{stale} finished points in {store.points_dir} belong to no point of this config: kept, not in results.csv")
+    done = set() if force else finished & set(order)
     todo = [pid for pid in order if pid not in done]
     for s in skipped:
         log(f"skipped {', '.join(f'{k}={v}' for k, v in s.axes.items())}: {s.reason}")

@@ -6,6 +6,8 @@ import copy
 from importlib import resources
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from experiments.calibrate import calibrated_scenario, compute_scale_factor
 from experiments.config import expand, expand_axis, experiment_from_dict, load_experiment
@@ -170,3 +172,23 @@ def test_shipped_experiments_load_and_expand(name):
         pytest.skip(f"zoo models not in this checkout yet: {sorted(missing)}")
     points, skipped = expand(experiment)
     assert points and not skipped
+
+
+def test_inline_catalog_link_can_be_swept_and_a_bad_entry_names_its_field():
+    raw = config(catalog={"links": {"my_link": {"kind": "roce", "bandwidth_Gbps": 50, "latency_us": 3}}},
+                 sweep={"cluster.gpus": [8], "cluster.inter_link": ["my_link", "tcp_10gbe"]})
+    points, _ = expand(experiment_from_dict(raw))
+    assert {p.spec["cluster"]["inter_link"] for p in points} == {"my_link", "tcp_10gbe"}
+    raw["catalog"]["links"]["my_link"]["bandwidth_Gbps"] = -1
+    with pytest.raises(ConfigError) as err:
+        expand(experiment_from_dict(raw))
+    assert err.value.field == "catalog.links.my_link.bandwidth_Gbps"
+
+
+@given(start=st.integers(1, 64), factor=st.integers(2, 5), span=st.integers(1, 10_000))
+def test_geometric_axis_property(start, factor, span):
+    """Values start x factor^i, all <= stop, and the next one would pass stop."""
+    stop = start + span
+    values = expand_axis("cluster.gpus", {"geometric": {"start": start, "stop": stop, "factor": factor}})
+    assert values == [start * factor**i for i in range(len(values))]
+    assert values[-1] <= stop < values[-1] * factor

@@ -184,3 +184,14 @@ def test_measured_points_are_drawn_beside_simulated_ones(tmp_path):
     written = plot_results(tmp_path / "both")
     svg = next(p for p in written if p.name == "efficiency.svg").read_text()
     assert "(measured)" in svg
+
+
+def test_points_of_an_earlier_config_stay_out_of_the_csv(tmp_path):
+    out = tmp_path / "mini"
+    run(experiment(), out)
+    messages = []
+    smaller = experiment(sweep={"cluster.gpus": [1, 2], "cluster.inter_link": ["ib_edr"]})
+    summary = run_experiment(smaller, out, jobs=1, progress=False, log=messages.append)
+    assert (summary.reused, summary.computed, summary.rows) == (2, 0, 2)
+    assert len(pd.read_csv(out / "results.csv")) == 2
+    assert any("8 finished points" in m for m in messages)
