@@ -129,6 +129,10 @@ def run_experiment(
     log(f"{experiment.name}: {len(order)} points ({len(done)} already done, {len(todo)} to run, "
         f"{len(skipped)} invalid combinations skipped) -> {store.path}")
     stamp = provenance()
+    older = {store.read_point(pid)["row"].get("git_revision") for pid in done} - {stamp["git_revision"]}
+    if older:
+        log(f"reusing points computed at git revision {', '.join(sorted(map(str, older)))} "
+            f"(now {stamp['git_revision']}); --force recomputes them")
 
     def finish(pid: str, columns: dict[str, Any]) -> None:
         point = by_id[pid]
