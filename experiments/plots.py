@@ -55,7 +55,10 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 def describe_fixed(df: pd.DataFrame) -> str:
     """The config columns that are the same in every row, as a short line for subtitles."""
     parts = []
+    one_per_node = "gpus_per_node" in df.columns and set(df["gpus_per_node"]) == {1}
     for column, fmt in DESCRIBE_COLUMNS:
+        if column == "intra_link" and one_per_node:
+            continue  # no intra-node link in use
         if column in df.columns and df[column].nunique(dropna=False) == 1:
             value = df[column].iloc[0]
             if isinstance(value, float) and value.is_integer():
