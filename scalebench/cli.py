@@ -17,6 +17,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "simulate": ("scalebench.commands.simulate", "simulate one training iteration and print its breakdown"),
     "bench": ("scalebench.commands.bench", "time the simulator itself at 64 to 16,384 GPUs"),
+    "run": ("scalebench.commands.run", "run an experiment (a sweep) into results/<name>/ and plot it"),
+    "plot": ("scalebench.commands.plot", "draw an experiment's plots (PNG and SVG) from results/<name>/"),
+    "regress": ("scalebench.commands.regress", "check scaling efficiency against the committed baselines"),
+    "report": ("scalebench.commands.report", "one self-contained HTML or markdown page of an experiment"),
 }
 
 

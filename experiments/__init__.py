@@ -1,0 +1,1 @@
+"""Experiments: YAML sweeps over scenarios, their runner, plots, reports and the CI regression check."""

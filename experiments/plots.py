@@ -1,0 +1,293 @@
+"""The plots of an experiment, from results/<name>/ (PNG and SVG, matplotlib's Agg backend).
+
+    speedup.*        speedup vs GPUs, ideal and 75 % lines, efficiency at the largest size
+    efficiency.*     scaling efficiency vs GPUs, with the 75 % ("4 machines doing the work of 3") line
+    breakdown.*      per-iteration time stacked: compute, exposed communication (and any other parts)
+    compare_<axis>.* scaling efficiency along each swept non-GPU axis, at the largest common GPU count
+    timeline.*       one iteration of one point: the compute and communication streams
+
+Measured rows (source=real) are drawn beside the simulated ones with hollow markers.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from experiments.store import ResultDir  # noqa: E402
+from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
+from scalebench.fileio import atomic_write_bytes  # noqa: E402
+
+FORMATS = ("png", "svg")
+TARGET_EFFICIENCY = 0.75
+"""The practitioner's target from the seeds: 4 machines doing the work of 3."""
+BREAKDOWN_PARTS = (
+    ("compute_time_s", "compute (forward + backward + optimizer)", "#4c72b0"),
+    ("exposed_comm_time_s", "exposed communication", "#dd5555"),
+    ("pipeline_bubble_time_s", "pipeline bubble", "#999999"),
+    ("codec_time_s", "compression codec", "#8172b3"),
+)
+DESCRIBE_COLUMNS = (
+    ("model", "{}"), ("batch_size", "batch {}/GPU"), ("gpu", "{}"), ("gpus_per_node", "{} GPUs/node"),
+    ("intra_link", "intra {}"), ("inter_link", "inter {}"), ("strategy", "{}"), ("collective", "{}"),
+    ("precision", "{}"),
+)
+
+
+def _colors(n: int) -> list[Any]:
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+MAX_SERIES = 12
+"""Plots draw at most this many series (the first ones, in sweep order) and say so in the title."""
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+
+
+def describe_fixed(df: pd.DataFrame) -> str:
+    """The config columns that are the same in every row, as a short line for subtitles."""
+    parts = []
+    one_per_node = "gpus_per_node" in df.columns and set(df["gpus_per_node"]) == {1}
+    for column, fmt in DESCRIBE_COLUMNS:
+        if column == "intra_link" and one_per_node:
+            continue  # no intra-node link in use
+        if column in df.columns and df[column].nunique(dropna=False) == 1:
+            value = df[column].iloc[0]
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            parts.append(fmt.format(value))
+    return ", ".join(parts)
+
+
+def _limit_series(data: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    series = list(dict.fromkeys(data["series"]))
+    if len(series) <= MAX_SERIES:
+        return data, ""
+    kept = set(series[:MAX_SERIES])
+    return data[data["series"].isin(kept)], f" [first {MAX_SERIES} of {len(series)} series]"
+
+
+def _save(fig, stem: Path) -> list[Path]:
+    written = []
+    for fmt in FORMATS:
+        buf = io.BytesIO()
+        # SVG text stays text (searchable, smaller); a fixed hash salt makes SVG ids reproducible
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "scalebench"}):
+            fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+        written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
+    plt.close(fig)
+    return written
+
+
+def _gpu_axis(ax, values) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(v) for v in values})
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("GPUs (world size, log scale)")
+
+
+def _title(ax, title: str, df: pd.DataFrame, name: str) -> None:
+    ax.set_title(f"{title}\n{name}: {describe_fixed(df)}", fontsize=10)
+
+
+def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
+    data, note = _limit_series(data)
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    gpus = sorted(data[GPU_COLUMN].unique())
+    ax.plot(gpus, gpus, color="black", linestyle="--", linewidth=1, label="ideal (speedup = GPUs)")
+    ax.plot(gpus, [TARGET_EFFICIENCY * g for g in gpus], color="grey", linestyle=":", linewidth=1,
+            label="75 % efficiency (4 machines do the work of 3)")
+    series = list(dict.fromkeys(data["series"]))
+    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
+        marker = MARKERS[i % len(MARKERS)]
+        for source, style in (("sim", dict(marker=marker, linestyle="-")),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
+            part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
+            if part.empty:
+                continue
+            label = s if source == "sim" else f"{s} (measured)"
+            ax.plot(part[GPU_COLUMN], part["speedup"], color=color, label=label, **style)
+            last = part.iloc[-1]
+            ax.annotate(f"{100 * last['scaling_efficiency']:.0f} %", (last[GPU_COLUMN], last["speedup"]),
+                        textcoords="offset points", xytext=(6, -3), fontsize=8, color=color)
+    _gpu_axis(ax, gpus)
+    ax.set_yscale("log", base=2)
+    ax.set_ylabel("speedup over 1 GPU (x, log scale)")
+    _title(ax, "Speedup vs GPUs (weak scaling; labels: efficiency at the largest size)" + note, data, name)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return _save(fig, stem)
+
+
+def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
+    data, note = _limit_series(data)
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    gpus = sorted(data[GPU_COLUMN].unique())
+    ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
+    ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2,
+               label="75 %: 4 machines doing the work of 3")
+    series = list(dict.fromkeys(data["series"]))
+    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
+        marker = MARKERS[i % len(MARKERS)]
+        for source, style in (("sim", dict(marker=marker, linestyle="-")),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
+            part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
+            if not part.empty:
+                ax.plot(part[GPU_COLUMN], 100 * part["scaling_efficiency"], color=color,
+                        label=s if source == "sim" else f"{s} (measured)", **style)
+    _gpu_axis(ax, gpus)
+    ax.set_ylim(0, 105)
+    ax.set_ylabel("scaling efficiency T1 / TN (%)")
+    _title(ax, "Scaling efficiency vs GPUs (weak scaling, same batch per GPU)" + note, data, name)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    return _save(fig, stem)
+
+
+def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
+    sim, note = _limit_series(data[data["source"] == "sim"])
+    series = list(dict.fromkeys(sim["series"]))
+    cols = min(3, len(series))
+    rows = math.ceil(len(series) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=True)
+    parts = [(c, label, color) for c, label, color in BREAKDOWN_PARTS if c in sim.columns]
+    for ax, s in zip(axes.flat, series, strict=False):
+        part = sim[sim["series"] == s].sort_values(GPU_COLUMN)
+        x = range(len(part))
+        bottom = [0.0] * len(part)
+        for column, label, color in parts:
+            values = (1e3 * part[column].fillna(0)).tolist()
+            ax.bar(x, values, bottom=bottom, color=color, label=label, width=0.7)
+            bottom = [b + v for b, v in zip(bottom, values, strict=False)]
+        other = [1e3 * it - b for it, b in zip(part["iteration_time_s"], bottom, strict=False)]
+        if any(o > 0.01 * b for o, b in zip(other, bottom, strict=False)):
+            ax.bar(x, [max(0.0, o) for o in other], bottom=bottom, color="#cccccc", label="other", width=0.7)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([str(int(g)) for g in part[GPU_COLUMN]], fontsize=8)
+        ax.set_xlabel("GPUs")
+        ax.set_title(s, fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+    for ax in axes.flat[len(series):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("time per iteration (ms)")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle(f"Where one iteration's time goes (simulated){note}\n{name}: {describe_fixed(sim)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return _save(fig, stem)
+
+
+def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: str, stem: Path) -> list[Path]:
+    """Efficiency along ``axis`` (x groups), one bar per combination of the other series axes."""
+    sim = data[data["source"] == "sim"]
+    counts = sim.groupby("series")[GPU_COLUMN].apply(set)
+    common = set.intersection(*counts.tolist()) if len(counts) else set()
+    gpus = max(common) if common else sim[GPU_COLUMN].max()
+    at = sim[sim[GPU_COLUMN] == gpus]
+    others = [a for a in series_axes if a != axis and a in at.columns]
+    groups = list(dict.fromkeys(at[axis].astype(str)))
+    bars = list(dict.fromkeys(at[others].astype(str).agg(", ".join, axis=1))) if others else [""]
+    note = f" [first {MAX_SERIES} of {len(bars)} bar series]" if len(bars) > MAX_SERIES else ""
+    bars = bars[:MAX_SERIES]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(bars)) ** 0.5 + 3), 4.8))
+    width = 0.8 / len(bars)
+    for j, (color, b) in enumerate(zip(_colors(len(bars)), bars, strict=False)):
+        ys = []
+        for g in groups:
+            sel = at[at[axis].astype(str) == g]
+            if others:
+                sel = sel[sel[others].astype(str).agg(", ".join, axis=1) == b]
+            ys.append(100 * sel["scaling_efficiency"].mean() if not sel.empty else float("nan"))
+        xs = [i + (j - (len(bars) - 1) / 2) * width for i in range(len(groups))]
+        rects = ax.bar(xs, ys, width=width * 0.95, color=color, label=b or None)
+        ax.bar_label(rects, labels=[f"{y:.0f}" if y == y else "" for y in ys], fontsize=7, padding=1)
+    ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2, label="75 % target")
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=8, rotation=15 if max(map(len, groups)) > 12 else 0)
+    ax.set_xlabel(axis_title(axis) if axis_title(axis) == axis else f"{axis_title(axis)}  ({axis})")
+    ax.set_ylabel(f"scaling efficiency at {int(gpus)} GPUs (%)")
+    ax.set_ylim(0, 110)
+    title_others = f"; bars: {', '.join(axis_title(o) for o in others)}" if others else ""
+    ax.set_title(f"Scaling efficiency by {axis_title(axis)} at {int(gpus)} GPUs (simulated{title_others}){note}\n"
+                 f"{name}: {describe_fixed(at)}", fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, stem)
+
+
+def pick_timeline_point(data: pd.DataFrame) -> str:
+    """The simulated point at the largest GPU count with the lowest efficiency (the most to see)."""
+    sim = data[data["source"] == "sim"]
+    top = sim[sim[GPU_COLUMN] == sim[GPU_COLUMN].max()]
+    return str(top.sort_values("scaling_efficiency").iloc[0]["point_id"])
+
+
+def plot_timeline(store: ResultDir, pid: str, name: str, stem: Path, calibration: dict | None) -> list[Path]:
+    from experiments.points import simulate_spec
+
+    point = store.read_point(pid)
+    scenario, result = simulate_spec(point["spec"], calibration)
+    row = point["row"]
+    lanes = list(dict.fromkeys(s.lane for s in result.spans))
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.8 * len(lanes)))
+    colors = {"fwd": "#4c72b0", "bwd": "#55a868", "optimizer": "#c49c2a", "bucket": "#dd5555"}
+    seen = set()
+    for y, lane in enumerate(lanes):
+        for span in (s for s in result.spans if s.lane == lane):
+            kind = span.name.split()[0]
+            label = {"fwd": "forward layer", "bwd": "backward layer", "optimizer": "optimizer step",
+                     "bucket": "gradient bucket allreduce"}.get(kind, kind)
+            ax.barh(y, 1e3 * span.duration_s, left=1e3 * span.start_s, height=0.6, color=colors.get(kind, "#888888"),
+                    edgecolor="white", linewidth=0.3, label=None if label in seen else label)
+            seen.add(label)
+    ax.set_yticks(range(len(lanes)))
+    ax.set_yticklabels([f"{lane} stream" for lane in lanes])
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the iteration started (ms)")
+    ax.axvline(1e3 * result.compute_time_s, color="black", linestyle=":", linewidth=1, label="compute alone would end here")
+    ax.set_title(f"One iteration, {result.world_size} GPUs: {1e3 * result.iteration_time_s:.1f} ms, "
+                 f"{1e3 * result.exposed_comm_time_s:.1f} ms exposed communication, efficiency "
+                 f"{100 * row['scaling_efficiency']:.0f} %\n{name}: {scenario.workload.name}, "
+                 f"{row.get('inter_link', '')} between nodes, {row.get('collective', '')} (point {pid})", fontsize=10)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5)
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, stem)
+
+
+def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> list[Path]:
+    """Draw every plot of an experiment into ``result_dir/plots/``; returns the files written."""
+    import yaml
+
+    store = ResultDir(result_dir)
+    meta = store.meta()
+    df = store.read_csv()
+    if df.empty:
+        return []
+    data = mean_over_repetitions(with_series(df, meta))
+    name = meta["name"]
+    out = store.plots_dir
+    written = []
+    if data[GPU_COLUMN].nunique() > 1:
+        written += plot_speedup(data, name, out / "speedup")
+        written += plot_efficiency(data, name, out / "efficiency")
+    if (data["source"] == "sim").any():
+        written += plot_breakdown(data, name, out / "breakdown")
+        series_axes = [a for a in meta.get("series_axes", []) if a in data.columns]
+        for axis in series_axes:
+            if data[axis].nunique() > 1:
+                written += plot_compare(data, axis, series_axes, name, out / f"compare_{axis.replace('.', '_')}")
+        raw = yaml.safe_load((store.path / "experiment.yaml").read_text(encoding="utf-8")) or {}
+        pid = timeline_point or pick_timeline_point(df)
+        written += plot_timeline(store, pid, name, out / "timeline", raw.get("calibration"))
+    return written

@@ -1,0 +1,114 @@
+"""Running one point: a resolved scenario spec -> one result row (simulated or measured).
+
+The functions here are module-level and take plain data, so worker processes (or Dask / Ray
+workers) can run them. The row has the same columns whichever backend produced it, plus
+``source``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from experiments.config import Experiment, Point, base_catalog
+from sim.errors import ConfigError
+
+POINT_ID_CHARS = 16
+
+
+def point_id(point: Point, experiment: Experiment) -> str:
+    """Stable hash of everything that determines the point's result (not its axis labels)."""
+    key = {"spec": point.spec, "source": point.source, "calibration": experiment.calibration}
+    if point.source == "real":
+        key["real"] = experiment.real
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:POINT_ID_CHARS]
+
+
+def axis_columns(axes: dict[str, Any]) -> dict[str, Any]:
+    """Axis values as columns named after the axis (``cluster.inter_link``, ``case``)."""
+    return {name: (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v) for name, v in axes.items()}
+
+
+def simulate_spec(spec: dict[str, Any], calibration: dict[str, Any] | None):
+    """(scenario, IterationResult) for a resolved spec, calibrated if asked."""
+    from experiments.calibrate import calibrated_scenario
+    from sim.simulate import simulate
+
+    scenario = calibrated_scenario(spec, calibration, base_catalog())
+    return scenario, simulate(scenario)
+
+
+def run_sim_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """Worker entry: ``{spec, calibration}`` -> the config and metric columns of one row."""
+    from sim.config import scenario_columns
+
+    scenario, result = simulate_spec(payload["spec"], payload["calibration"])
+    return {**scenario_columns(scenario), **result.metrics()}
+
+
+def run_sim_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Several points in one task (fewer round trips to the worker): [(point_id, columns)]."""
+    return [(p["point_id"], run_sim_payload(p)) for p in payloads]
+
+
+def load_measure():
+    """``real.measure.measure_point``, or a one-line ConfigError saying what is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError("backend", "real", "sim only: torch is not installed (pip install -e '.[real]')") from None
+    try:
+        from real.measure import measure_point
+    except ImportError as err:
+        raise ConfigError("backend", "real", f"sim only: real.measure.measure_point is not available ({err})") from None
+    return measure_point
+
+
+def check_real_specs(specs: list[dict[str, Any]]) -> None:
+    """Validate the harness' options of every measured point before any runs (if the harness
+    exposes its checker, ``real.config.real_scenario``)."""
+    try:
+        from real.config import real_scenario
+    except ImportError:
+        return
+    for spec in specs:
+        real_scenario(spec)
+
+
+def run_real_point(spec: dict[str, Any], options: dict[str, Any], measure) -> dict[str, Any]:
+    """Measure one point with the torch harness; its metric columns, config columns from sim."""
+    from sim.config import scenario_columns, scenario_from_dict
+
+    scenario = scenario_from_dict(spec, base_catalog(), extra_keys=("real",))
+    measured = measure(spec, iterations=options["iterations"], warmup=options["warmup"],
+                       timeout_s=options["timeout_s"], link=options["link"], topology=options["topology"])
+    if not isinstance(measured, dict) or "iteration_time_s" not in measured:
+        raise ConfigError("backend", "real", "a measure_point that returns a mapping with iteration_time_s")
+    return {**scenario_columns(scenario), **measured}
+
+
+@cache
+def git_revision() -> str:
+    """The checkout's commit (short); $SCALEBENCH_GIT_REVISION when set (a run from an exported
+    tree, e.g. branches combined before a merge); 'unknown' outside a git checkout."""
+    import os
+
+    if os.environ.get("SCALEBENCH_GIT_REVISION"):
+        return os.environ["SCALEBENCH_GIT_REVISION"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def provenance() -> dict[str, str]:
+    from scalebench import __version__
+
+    return {"scalebench_version": __version__, "git_revision": git_revision()}

@@ -1,0 +1,81 @@
+"""One page per experiment: self-contained HTML (plots embedded as base64 PNG) or markdown."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+from experiments.store import ResultDir
+from experiments.tables import efficiency_table, markdown_table, summary_rows
+
+PLOT_CAPTIONS = {
+    "speedup": "Speedup over one GPU (weak scaling): the dashed line is ideal, the dotted one 75 % efficiency.",
+    "efficiency": "Scaling efficiency T1 / TN; the dotted line is the 75 % target (4 machines doing the work of 3).",
+    "breakdown": "Where one iteration's time goes: compute and the communication that backward did not hide.",
+    "timeline": "One iteration of one point: the compute stream and the gradient-bucket allreduces.",
+}
+
+
+def _plots(store: ResultDir) -> list[Path]:
+    if not store.plots_dir.is_dir():
+        return []
+    order = ["speedup", "efficiency", "breakdown"]
+    pngs = sorted(store.plots_dir.glob("*.png"), key=lambda p: (order.index(p.stem) if p.stem in order else 9, p.stem))
+    return pngs
+
+
+def _caption(stem: str) -> str:
+    if stem.startswith("compare_"):
+        return f"Scaling efficiency along the swept axis {stem[len('compare_'):].replace('_', '.', 1)}, at the largest GPU count."
+    return PLOT_CAPTIONS.get(stem, stem)
+
+
+def _provenance(df) -> str:
+    versions = ", ".join(sorted({str(v) for v in df.get("scalebench_version", [])}))
+    revisions = ", ".join(sorted({str(v) for v in df.get("git_revision", [])}))
+    return f"{len(df)} rows; scalebench {versions}; git revision {revisions}"
+
+
+def render_markdown(result_dir: str | Path) -> str:
+    store = ResultDir(result_dir)
+    meta, df = store.meta(), store.read_csv()
+    config = (store.path / "experiment.yaml").read_text(encoding="utf-8")
+    parts = [f"# {meta['name']}\n", f"{_provenance(df)}.\n", "## Config\n", f"```yaml\n{config}```\n"]
+    parts += ["## Scaling efficiency\n", f"```\n{efficiency_table(df, meta)}\n```\n"]
+    for png in _plots(store):
+        parts.append(f"![{_caption(png.stem)}](plots/{png.name})\n\n*{_caption(png.stem)}*\n")
+    parts += ["## All points (mean over repetitions)\n", markdown_table(summary_rows(df, meta))]
+    if meta.get("skipped"):
+        parts.append("\n## Invalid combinations left out\n")
+        parts += [f"- {s['axes']}: {s['reason']}\n" for s in meta["skipped"]]
+    return "\n".join(parts)
+
+
+def render_html(result_dir: str | Path) -> str:
+    store = ResultDir(result_dir)
+    meta, df = store.meta(), store.read_csv()
+    config = (store.path / "experiment.yaml").read_text(encoding="utf-8")
+    esc = html.escape
+    body = [f"<h1>{esc(meta['name'])}</h1>", f"<p>{esc(_provenance(df))}.</p>",
+            "<h2>Scaling efficiency</h2>", f"<pre>{esc(efficiency_table(df, meta))}</pre>"]
+    for png in _plots(store):
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
+        body.append(f'<figure><img alt="{esc(_caption(png.stem))}" src="data:image/png;base64,{data}">'
+                    f"<figcaption>{esc(_caption(png.stem))}</figcaption></figure>")
+    rows = summary_rows(df, meta)
+    if rows:
+        head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
+        cells = "".join("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in r.values()) + "</tr>" for r in rows)
+        body += ["<h2>All points (mean over repetitions)</h2>", f"<table><tr>{head}</tr>{cells}</table>"]
+    if meta.get("skipped"):
+        body.append("<h2>Invalid combinations left out</h2><ul>")
+        body += [f"<li>{esc(str(s['axes']))}: {esc(s['reason'])}</li>" for s in meta["skipped"]]
+        body.append("</ul>")
+    body += ["<h2>Config</h2>", f"<pre>{esc(config)}</pre>"]
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
+             "table{border-collapse:collapse;font-size:85%}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+             "pre{background:#f6f6f6;padding:.6em;overflow-x:auto}")
+    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>scalebench: {esc(meta['name'])}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")

@@ -1,0 +1,77 @@
+"""Result tables for people: series labels, the efficiency pivot, markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+GPU_COLUMN = "world_size"
+
+
+def axis_title(axis: str) -> str:
+    """``cluster.inter_link`` -> ``inter link``; ``case`` -> ``case``."""
+    return axis.split(".")[-1].replace("_", " ")
+
+
+def with_series(df: pd.DataFrame, meta: dict[str, Any]) -> pd.DataFrame:
+    """Add a ``series`` column: the values of the swept non-GPU axes (the experiment name if none)."""
+    df = df.copy()
+    axes = [a for a in meta.get("series_axes", []) if a in df.columns]
+    if axes:
+        df["series"] = df[axes].astype(str).agg(", ".join, axis=1)
+    else:
+        df["series"] = meta.get("name", "scenario")
+    return df
+
+
+def mean_over_repetitions(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per (source, series, GPU count): numbers averaged over repetitions."""
+    keys = ["source", "series", GPU_COLUMN]
+    numeric = [c for c in df.select_dtypes("number").columns if c not in (GPU_COLUMN, "repetition")]
+    firsts = [c for c in df.columns if c not in numeric and c not in keys]
+    agg = {**{c: "mean" for c in numeric}, **{c: "first" for c in firsts}}
+    return df.groupby(keys, sort=False, as_index=False).agg(agg)
+
+
+def efficiency_table(df: pd.DataFrame, meta: dict[str, Any], source: str = "sim", max_series: int = 12) -> str:
+    """Scaling efficiency (%) by GPU count (rows) and series (columns), as plain text."""
+    data = mean_over_repetitions(with_series(df, meta))
+    data = data[data["source"] == source]
+    if data.empty:
+        return f"(no {source} rows)"
+    if data["series"].nunique() > max_series:
+        return (f"({data['series'].nunique()} series: too many to print; see results.csv, the plots, "
+                f"or `scalebench report`)")
+    pivot = data.pivot_table(index=GPU_COLUMN, columns="series", values="scaling_efficiency", sort=False)
+    pivot = pivot.sort_index()
+    text = (100 * pivot).round(1).to_string(na_rep="-")
+    return f"scaling efficiency (%, weak scaling, {source}) by GPUs:\n{text}"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)\n"
+    columns = list(rows[0])
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row.get(c, "")).replace("|", "/") for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_rows(df: pd.DataFrame, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per series, source and GPU count: iteration time, speedup, efficiency, exposed share."""
+    data = mean_over_repetitions(with_series(df, meta)).sort_values(["source", "series", GPU_COLUMN])
+    rows = []
+    for _, r in data.iterrows():
+        rows.append({
+            "source": r["source"],
+            "series": r["series"],
+            "GPUs": int(r[GPU_COLUMN]),
+            "iteration (ms)": f"{1e3 * r['iteration_time_s']:.2f}",
+            "throughput (samples/s)": f"{r['throughput_samples_per_s']:,.0f}",
+            "speedup (x)": f"{r['speedup']:.1f}",
+            "efficiency (%)": f"{100 * r['scaling_efficiency']:.1f}",
+            "exposed comm. (% of iteration)": f"{100 * r.get('exposed_comm_time_s', float('nan')) / r['iteration_time_s']:.1f}",
+        })
+    return rows

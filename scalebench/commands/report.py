@@ -1,0 +1,46 @@
+"""scalebench report: one self-contained page of an experiment, or the seeds' claims table.
+
+    scalebench report results/<name>                 -> results/<name>/report.html (plots embedded)
+    scalebench report results/<name> --format md     -> results/<name>/report.md
+    scalebench report --claims [--readme README.md]  -> the claims | simulated | difference table
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="?", help="a results directory written by `scalebench run`")
+    parser.add_argument("--format", choices=("html", "md"), default="html")
+    parser.add_argument("--out", help="output file (default: report.html / report.md in the results directory)")
+    parser.add_argument("--claims", action="store_true", help="print the seeds' claims table from the results root")
+    parser.add_argument("--results-root", default="results", help="with --claims: where the experiments' results are")
+    parser.add_argument("--readme", help="with --claims: rewrite the table between the markers in this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sim.errors import ConfigError
+
+    if args.claims:
+        from experiments.claims import claims_markdown, update_readme
+
+        table = claims_markdown(args.results_root)
+        if args.readme:
+            update_readme(args.readme, table)
+            print(f"claims table rewritten in {args.readme}")
+        else:
+            print(table, end="")
+        return 0
+    if not args.results:
+        raise ConfigError("results", None, "a results directory (results/<name>), or --claims")
+    from pathlib import Path
+
+    from experiments.report import render_html, render_markdown
+    from scalebench.fileio import atomic_write_text
+
+    text = render_html(args.results) if args.format == "html" else render_markdown(args.results)
+    out = Path(args.out) if args.out else Path(args.results) / f"report.{args.format}"
+    atomic_write_text(out, text)
+    print(out)
+    return 0

@@ -1,0 +1,63 @@
+"""scalebench run: run an experiment config (a sweep) into results/<name>/, then plot it.
+
+With no CONFIG it runs the built-in default experiment, experiments/quickstart.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from experiments.runner import EXECUTORS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", nargs="?", help="experiment YAML (default: the built-in quickstart experiment)")
+    parser.add_argument("--results", default="results", metavar="DIR", help="results root; output goes to DIR/<name>/")
+    parser.add_argument("--jobs", "-j", type=int, default=None, help="parallel workers for simulated points (default: all cores)")
+    parser.add_argument("--executor", choices=EXECUTORS, default="process",
+                        help="process pool (default), or an existing Dask / Ray cluster if installed")
+    parser.add_argument("--address", help="scheduler address for --executor dask|ray (default: start a local one)")
+    parser.add_argument("--force", action="store_true", help="recompute points already in the results directory")
+    parser.add_argument("--no-plot", dest="plot", action="store_false", help="do not draw the plots afterwards")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    parser.add_argument("--dry-run", action="store_true", help="validate and list the points, run nothing")
+
+
+def default_config_path():
+    from importlib import resources
+
+    return resources.files("experiments").joinpath("quickstart.yaml")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from experiments.config import expand, load_experiment
+    from experiments.runner import run_experiment
+    from experiments.tables import efficiency_table
+    from sim.errors import require_positive
+
+    if args.jobs is not None:
+        require_positive("--jobs", args.jobs, integer=True)
+    experiment = load_experiment(args.config or default_config_path())
+    out_dir = Path(args.results) / experiment.name
+    if args.dry_run:
+        points, skipped = expand(experiment)
+        for s in skipped:
+            print(f"skipped {s.axes}: {s.reason}")
+        print(f"{experiment.name}: {len(points)} points, {len(skipped)} invalid combinations skipped -> {out_dir}")
+        return 0
+    summary = run_experiment(experiment, out_dir, jobs=args.jobs, executor=args.executor, address=args.address,
+                             force=args.force, progress=args.progress)
+    print(f"{summary.rows} rows ({summary.computed} computed, {summary.reused} reused) in {summary.wall_s:.1f} s "
+          f"-> {summary.out_dir / 'results.csv'}")
+    from experiments.store import ResultDir
+
+    store = ResultDir(out_dir)
+    print(efficiency_table(store.read_csv(), store.meta()))
+    if args.plot:
+        from experiments.plots import plot_results
+
+        written = plot_results(out_dir)
+        print(f"{len(written)} plots -> {store.plots_dir}")
+    return 0

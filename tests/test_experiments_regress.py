@@ -1,0 +1,128 @@
+"""scalebench regress: an unchanged model passes, a slowed network fails, tolerances, --update;
+and the README's claims table generator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sim.costs.collectives as collectives
+from experiments.claims import BEGIN, CLAIMS, END, claims_markdown, update_readme
+from experiments.regress import compare, run_suite
+from scalebench.cli import main
+from sim.errors import ConfigError
+
+SUITE = {
+    "tolerance": {"efficiency_pp": 1.0, "iteration_time_pct": 5.0},
+    "scenarios": [
+        {"name": "net",
+         "workload": {"model": "w", "batch_size": 16, "layers": [
+             {"name": "a", "param_count": 3_000_000, "fwd_flops": 1.5e9, "activation_elems": 100_000},
+             {"name": "b", "param_count": 9_000_000, "fwd_flops": 1.0e9, "activation_elems": 1000}]},
+         "cluster": {"gpus_per_node": 4, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "tcp_25gbe"},
+         "sweep": {"cluster.gpus": [1, 8, 32], "strategy.collective": ["ring", "hierarchical"]}},
+        {"name": "tiny", "tolerance": {"efficiency_pp": 0.1},
+         "workload": {"model": "mlp"}, "cluster": {"gpu": "cpu", "inter_link": "tcp_1gbe"},
+         "sweep": {"cluster.gpus": [1, 2]}},
+    ],
+}
+
+
+@pytest.fixture
+def suite(tmp_path):
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(SUITE))
+    assert main(["regress", "--suite", str(path), "--baselines", str(tmp_path / "baselines"), "--update"]) == 0
+    return path
+
+
+def test_unchanged_model_passes(suite, tmp_path, capsys):
+    capsys.readouterr()
+    assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\nOK ") == 8 and "passed (8 OK)" in out
+
+
+def test_slowed_network_fails(suite, tmp_path, monkeypatch, capsys):
+    original = collectives.message_time_s
+
+    def slowed(n_bytes, link, load=1.0):  # the network model, 30 % slower
+        return 1.3 * original(n_bytes, link, load)
+
+    monkeypatch.setattr(collectives, "message_time_s", slowed)
+    capsys.readouterr()
+    assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 1
+    out = capsys.readouterr().out
+    checks = run_suite(suite, tmp_path / "baselines")
+    failed = {(c.scenario, c.label) for c in checks if c.status == "FAIL"}
+    assert ("net", "gpus=32 collective=ring") in failed and ("tiny", "gpus=2") in failed
+    assert all(c.status == "OK" for c in checks if c.label.startswith("gpus=1 ") or c.label == "gpus=1")
+    assert "FAILED" in out and "--update" in out
+
+
+def test_update_rewrites_baselines_on_purpose(suite, tmp_path, monkeypatch):
+    original = collectives.message_time_s
+    monkeypatch.setattr(collectives, "message_time_s", lambda n, link, load=1.0: 2 * original(n, link, load))
+    assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 1
+    assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines"), "--update"]) == 0
+    assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 0
+
+
+def test_missing_baseline_and_vanished_points_fail(suite, tmp_path):
+    (tmp_path / "baselines" / "tiny.csv").unlink()
+    checks = run_suite(suite, tmp_path / "baselines")
+    assert {c.status for c in checks if c.scenario == "tiny"} == {"NEW"}
+    row = {"point_id": "p", "label": "x", "world_size": 8, "scaling_efficiency": 0.9, "iteration_time_s": 1.0}
+    gone = compare("s", [], {"p": {k: str(v) for k, v in row.items()}}, {"efficiency_pp": 1, "iteration_time_pct": 5})
+    assert [c.status for c in gone] == ["GONE"]
+
+
+@pytest.mark.parametrize(("now_eff", "now_time", "tol_pp", "status"), [
+    (0.905, 1.0, 1.0, "OK"),     # +0.5 pp
+    (0.915, 1.0, 1.0, "FAIL"),   # +1.5 pp: better is also a change to review
+    (0.905, 1.0, 0.4, "FAIL"),   # a scenario's tighter tolerance
+    (0.90, 1.06, 1.0, "FAIL"),   # iteration time +6 % > 5 %
+    (0.90, 1.04, 1.0, "OK"),
+])
+def test_tolerances(now_eff, now_time, tol_pp, status):
+    base = {"p": {"point_id": "p", "label": "x", "world_size": "8", "scaling_efficiency": "0.9", "iteration_time_s": "1.0"}}
+    now = [{"point_id": "p", "label": "x", "world_size": 8, "scaling_efficiency": now_eff, "iteration_time_s": now_time}]
+    (check,) = compare("s", now, base, {"efficiency_pp": tol_pp, "iteration_time_pct": 5.0})
+    assert check.status == status
+
+
+def test_committed_suite_passes_against_committed_baselines(capsys):
+    """The CI check itself: the repository's model against results/baselines/."""
+    root = Path(__file__).resolve().parents[1]
+    checks = run_suite(root / "experiments" / "regress.yaml", root / "results" / "baselines")
+    assert checks and all(c.status == "OK" for c in checks), [c for c in checks if c.failed][:3]
+
+
+def test_claims_table_from_results_and_readme_update(tmp_path):
+    table = claims_markdown(tmp_path)  # nothing run yet
+    assert table.count("not run yet") == len(CLAIMS)
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{BEGIN}\nold\n{END}\ntail\n")
+    update_readme(readme, table)
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith(f"{END}\ntail\n") and "old" not in text
+    (tmp_path / "plain.md").write_text("no markers")
+    with pytest.raises(ConfigError):
+        update_readme(tmp_path / "plain.md", table)
+
+
+def test_claims_table_reads_the_figures_from_results(tmp_path):
+    """A chainermn_128 result with a known efficiency shows up with its difference from 85 %."""
+    import pandas as pd
+
+    rows = []
+    for link, coll, eff in (("ib_fdr", "hierarchical", 0.80), ("tcp_10gbe", "hierarchical", 0.5), ("tcp_10gbe", "ring", 0.4)):
+        rows.append({"source": "sim", "world_size": 128, "inter_link": link, "collective": coll,
+                     "scaling_efficiency": eff, "speedup": 128 * eff, "throughput_samples_per_s": 1.0})
+    (tmp_path / "chainermn_128").mkdir()
+    pd.DataFrame(rows).to_csv(tmp_path / "chainermn_128" / "results.csv", index=False)
+    table = claims_markdown(tmp_path)
+    assert "80 % (102x) at 128 GPUs, IB FDR" in table and "-5 pp vs the claim" in table
+    assert "50 % hierarchical / 40 % ring" in table and "+5 pp vs the claim" in table
