@@ -25,6 +25,7 @@ import pandas as pd  # noqa: E402
 from experiments.store import ResultDir  # noqa: E402
 from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
 from scalebench.fileio import atomic_write_bytes  # noqa: E402
+from sim.yamlio import load_yaml_text  # noqa: E402
 
 FORMATS = ("png", "svg")
 TARGET_EFFICIENCY = 0.75
@@ -267,7 +268,6 @@ def plot_timeline(store: ResultDir, pid: str, name: str, stem: Path, calibration
 
 def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> list[Path]:
     """Draw every plot of an experiment into ``result_dir/plots/``; returns the files written."""
-    import yaml
 
     store = ResultDir(result_dir)
     meta = store.meta()
@@ -287,7 +287,7 @@ def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> l
         for axis in series_axes:
             if data[axis].nunique() > 1:
                 written += plot_compare(data, axis, series_axes, name, out / f"compare_{axis.replace('.', '_')}")
-        raw = yaml.safe_load((store.path / "experiment.yaml").read_text(encoding="utf-8")) or {}
+        raw = load_yaml_text((store.path / "experiment.yaml").read_text(encoding="utf-8")) or {}
         pid = timeline_point or pick_timeline_point(df)
         written += plot_timeline(store, pid, name, out / "timeline", raw.get("calibration"))
     return written

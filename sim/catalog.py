@@ -13,10 +13,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
 from sim.units import GIB, gbit_per_s_to_Bps, gbyte_per_s_to_Bps, tflops_to_flops, us_to_s
+from sim.yamlio import load_yaml_text
 
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 LINK_KINDS = ("tcp", "roce", "infiniband", "nvlink", "pcie", "loopback", "custom")
@@ -144,7 +143,7 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
 
 def _read_builtin(filename: str) -> dict[str, Any]:
     text = resources.files("sim").joinpath("data", filename).read_text(encoding="utf-8")
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return load_yaml_text(text)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from sim.faults import (
 )
 from sim.strategy import Strategy, check_degrees, strategy_from_dict
 from sim.workload import Workload, workload_from_dict
+from sim.yamlio import load_yaml_text
 
 FIDELITIES = ("fast", "detailed")
 SIMULATION_KEYS = ("fidelity", "seed", "check_memory")
@@ -59,7 +60,7 @@ def read_yaml(path: str | Path) -> Any:
     except OSError as err:
         raise ConfigError("config", str(path), f"a readable YAML file ({err.strerror})") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -15,9 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.yamlio import load_yaml_text
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 LAYER_COLUMNS = ("layer", "kind", "param_count", "fwd_flops", "bwd_flops", "activation_elems")
@@ -105,7 +104,7 @@ def _parse_layers(text: str, where: str) -> tuple[Layer, ...]:
 
 @cache
 def _load_zoo_entry(name: str) -> Workload:
-    meta = yaml.safe_load(_zoo_dir().joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
+    meta = load_yaml_text(_zoo_dir().joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
     layers = _parse_layers(_zoo_dir().joinpath(meta.get("layers_file", f"{name}.csv")).read_text(encoding="utf-8"), f"{name}.csv")
     return Workload(
         name=name,

@@ -74,3 +74,12 @@ def test_catalog_units_are_converted_once():
     assert cat.links["ib_fdr"].latency_s == pytest.approx(1e-6)
     assert cat.gpus["v100"].peak_flops["fp32"] == pytest.approx(15.7e12)
     assert cat.gpus["h100"].memory_bandwidth_Bps == pytest.approx(3.35e12)
+
+
+def test_yaml_reads_exponent_numbers_as_floats(tmp_path):
+    """PyYAML's YAML 1.1 reads 1.5e9 as a string; scalebench's loader reads it as a float."""
+    from sim.config import read_yaml
+
+    f = tmp_path / "x.yaml"
+    f.write_text("a: 1.5e9\nb: 1e9\nc: 3\nd: '1e9'\n")
+    assert read_yaml(f) == {"a": 1.5e9, "b": 1e9, "c": 3, "d": "1e9"}
