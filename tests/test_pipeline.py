@@ -167,13 +167,6 @@ def test_more_stages_than_layers():
     assert err.value.field == "strategy.pp" and "3 layers" in str(err.value)
 
 
-def test_detailed_fidelity_refuses_model_parallelism():
-    s = spec(uniform_layers(4), gpus=4, per_node=4, kind="pipeline", pp=2)
-    s["simulation"] = {"fidelity": "detailed"}
-    with pytest.raises(ConfigError, match="simulation.fidelity"):
-        scenario_from_dict(s)
-
-
 def test_pipeline_metrics_columns():
     result = simulate(scenario_from_dict(spec(uniform_layers(4), gpus=2, per_node=2, kind="pipeline", pp=2,
                                               micro_batches=2)))

@@ -118,6 +118,10 @@ def run_detailed(scenario: Scenario) -> IterationResult:
 def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:
     """``run_detailed`` and the network it ran on (per-endpoint byte counts, flow counts)."""
     check_detailed(scenario)
+    if scenario.strategy.model_parallel or scenario.strategy.micro_batches > 1:
+        from sim.engine.detailed_pipeline import run_detailed_pipeline
+
+        return run_detailed_pipeline(scenario)
     plan = build_plan(scenario)
     cluster, strategy = scenario.cluster, scenario.strategy
     n = cluster.world_size
