@@ -68,6 +68,9 @@ def compare(s: Scenario, time_rtol: float):
     for link in ("intra", "inter"):
         assert detailed.bytes_by_link[link] == pytest.approx(fast.bytes_by_link[link], rel=EXACT_RTOL)
     assert detailed.compute_time_s == fast.compute_time_s
+    if time_rtol == EXACT_RTOL:  # the breakdown too: bubble, sends, TP rings, DP sync, codec
+        for name in ("bubble_time_s", "pp_comm_time_s", "tp_comm_time_s", "comm_time_s", "codec_time_s"):
+            assert getattr(detailed, name) == pytest.approx(getattr(fast, name), rel=EXACT_RTOL, abs=1e-12), name
     return detailed, fast
 
 
