@@ -136,6 +136,12 @@ def test_tree_with_a_codec_that_needs_it_is_refused_naming_fast():
     assert_agree(gathered)
 
 
+def test_layer_placed_parameter_servers_are_refused_naming_fast():
+    s = codec_scenario("2x4", "fp16-ps2")
+    with pytest.raises(ConfigError, match="ps_placement=round_robin"):
+        run_detailed(replace(s, strategy=replace(s.strategy, ps_placement="round_robin")))
+
+
 # -- properties -----------------------------------------------------------------------------
 
 shapes = st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(1, 2), st.sampled_from([1.0, 1.5, 2.0]))
