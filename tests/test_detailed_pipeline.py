@@ -98,6 +98,14 @@ def test_tensor_x_data_parallel_agrees_exactly(shape, collective, codec):
         compare(layout_scenario(shape, dp, tp, pp, 2, collective=collective, codec=codec), EXACT_RTOL)
 
 
+@pytest.mark.parametrize("codec", [None, "int8"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_micro_batched_data_parallel_agrees_exactly(shape, codec):
+    """tp = pp = 1 with 4 micro-batches (gradient accumulation): one sync after the flush."""
+    nodes, g = SHAPES[shape][:2]
+    compare(layout_scenario(shape, nodes * g, 1, 1, 4, codec=codec), EXACT_RTOL)
+
+
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("shape", ["1x4", "2x4", "4x2", "2x4-nics2"])
 def test_one_pipeline_agrees_exactly(shape, schedule):
