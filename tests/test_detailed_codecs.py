@@ -170,3 +170,11 @@ def test_every_rank_receives_what_it_sends(shape, path):
     for endpoint in set(net.sent_bytes) | set(net.received_bytes):
         assert net.sent_bytes[endpoint] == pytest.approx(net.received_bytes[endpoint], rel=1e-12)
     assert sum(net.sent_bytes.values()) == pytest.approx(sum(result.bytes_by_link.values()), rel=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["fp16-ring", "bf16-hier", "e4m3-allgather", "int8-reduce_scatter-ps"])
+def test_detailed_agrees_with_fast_at_64_ranks(path):
+    """8 nodes x 8 GPUs, 2 NICs, oversubscription 2: a few seconds each."""
+    s = codec_scenario("2x4", path)
+    assert_agree(replace(s, cluster=replace(s.cluster, nodes=8, gpus_per_node=8, nics_per_node=2, oversubscription=2.0)))
