@@ -199,7 +199,7 @@ def run_detailed_pipeline(scenario: Scenario) -> tuple[IterationResult, ClusterN
         batch_size=scenario.workload.batch_size,
         iteration_time_s=total,
         compute_time_s=busy + busiest.optimizer_s,
-        exposed_comm_time_s=max(0.0, total - busy - busiest.optimizer_s - (flush - busy)),
+        exposed_comm_time_s=max(0.0, total - flush - busiest.optimizer_s),  # iteration - compute - bubble
         comm_time_s=max(r.sync_busy_s for r in run.ranks),
         forward_time_s=m * busiest.fwd_s,
         backward_time_s=m * busiest.bwd_s,
