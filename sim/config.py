@@ -103,14 +103,6 @@ def validate_scenario(scenario: Scenario) -> None:
     s, c, w = scenario.strategy, scenario.cluster, scenario.workload
     check_degrees(s, c.world_size, len(w.layers), w.batch_size)
     check_against_cluster(scenario.heterogeneity, scenario.faults, c.world_size, c.nodes)
-    if scenario.fidelity == "detailed" and (s.model_parallel or s.micro_batches > 1):
-        raise ConfigError("simulation.fidelity", "detailed",
-                          f"fast when tp * pp > 1 or micro_batches > 1 (tp={s.tp}, pp={s.pp}, "
-                          f"micro_batches={s.micro_batches}): the detailed mode simulates data parallelism")
-    if scenario.fidelity == "detailed" and s.codec is not None:
-        raise ConfigError("simulation.fidelity", "detailed",
-                          f"fast with strategy.codec={s.codec} (the detailed mode's per-rank schedules send "
-                          "uncompressed gradients)")
     if s.model_parallel:
         from sim.parallel import check_placement
 

@@ -167,13 +167,6 @@ def test_more_stages_than_layers():
     assert err.value.field == "strategy.pp" and "3 layers" in str(err.value)
 
 
-def test_detailed_fidelity_refuses_model_parallelism():
-    s = spec(uniform_layers(4), gpus=4, per_node=4, kind="pipeline", pp=2)
-    s["simulation"] = {"fidelity": "detailed"}
-    with pytest.raises(ConfigError, match="simulation.fidelity"):
-        scenario_from_dict(s)
-
-
 def test_pipeline_metrics_columns():
     result = simulate(scenario_from_dict(spec(uniform_layers(4), gpus=2, per_node=2, kind="pipeline", pp=2,
                                               micro_batches=2)))
@@ -218,13 +211,6 @@ def test_one_gpu_communicates_nothing(collective, codec, m, error_feedback, sche
     assert result.bytes_by_link == {"intra": 0.0, "inter": 0.0}
     assert result.comm_time_s == 0 and result.codec_time_s == 0 and result.tp_comm_time_s == 0
     assert result.pp_comm_time_s == 0
-
-
-def test_detailed_fidelity_refuses_codecs_it_cannot_send():
-    """The detailed per-rank schedules send uncompressed gradients: refuse rather than disagree."""
-    base = spec(uniform_layers(4, params=1000), gpus=4, per_node=4, codec="fp16")
-    with pytest.raises(ConfigError, match="strategy.codec=fp16"):
-        scenario_from_dict({**base, "simulation": {"fidelity": "detailed"}})
 
 
 def test_one_iteration_of_async_ps_is_refused():

@@ -1,0 +1,173 @@
+"""Per-rank message schedules of collectives on the flow network (the detailed fidelity's).
+
+Every collective here runs over an explicit list of member ranks (any group: the whole
+cluster, a stage's data-parallel group, a tensor-parallel group), as point-to-point messages
+on ``sim.engine.flows.ClusterNetwork``:
+- ring: at step k rank i sends a chunk to i+1 and starts step k+1 once its own send is done
+  and step k from i-1 has arrived (no global barrier). In the reduce-scatter steps of a ring
+  that sums, the rank adds the received chunk before it may send it on: that local sum (the
+  codec's reduce cost, sim.costs.codecs) delays step k+1 by ``sum_s x chunk / tensor``.
+- hierarchical: an intra-node ring reduce-scatter of S/g, one inter-node ring allreduce per
+  local rank (S/(g nodes) chunks), an intra-node ring allgather; one node or one member per
+  node runs the flat ring, as the cost layer does.
+- ps: every worker pushes S/P to each of the P servers; a server answers each worker with S/P
+  once it holds all n pushes; a worker's reduction is done when all P answers are in.
+Messages are matched by key, so a receiver may ask for a message before it is sent.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import simpy
+
+from sim.engine.flows import ClusterNetwork
+
+
+class Messages:
+    """Point-to-point messages matched by key.
+
+    ``send`` starts the transfer and returns the event that fires on delivery; ``arrival``
+    returns the same event for the receiver, whether or not the send has started yet.
+    """
+
+    def __init__(self, env: simpy.Environment, net: ClusterNetwork):
+        self.env = env
+        self.net = net
+        self._slots: dict[Any, simpy.Event] = {}
+
+    def _slot(self, key: Any) -> simpy.Event:
+        slot = self._slots.pop(key, None)
+        if slot is None:  # first of the two sides to ask: keep it for the other one
+            slot = self._slots[key] = self.env.event()
+        return slot
+
+    def send(self, key: Any, src: int, dst: int, n_bytes: float) -> simpy.Event:
+        return self.net.transfer(src, dst, n_bytes, done=self._slot(key))
+
+    def arrival(self, key: Any) -> simpy.Event:
+        return self._slot(key)
+
+
+def _when_done(event: simpy.Event, callback) -> None:
+    if event.callbacks is None:  # already processed
+        callback(event)
+    else:
+        event.callbacks.append(callback)
+
+
+class _RingPart:
+    """One rank's steps of a ring, advanced by the callbacks of its messages."""
+
+    __slots__ = ("coll", "me", "succ", "pos", "pred", "steps", "chunk_bytes", "tag", "k", "waiting", "done",
+                 "sum_steps", "step_sum_s")
+
+    def __init__(self, coll: Collectives, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
+                 sum_steps: int, step_sum_s: float):
+        m = len(members)
+        self.coll = coll
+        self.me, self.succ = members[pos], members[(pos + 1) % m]
+        self.pos, self.pred = pos, (pos - 1) % m
+        self.steps, self.chunk_bytes, self.tag = steps, chunk_bytes, tag
+        self.sum_steps, self.step_sum_s = sum_steps, step_sum_s
+        self.k = 0
+        self.waiting = 0
+        self.done = coll.env.event()
+        self._step()
+
+    def _step(self, _event: simpy.Event | None = None) -> None:
+        if self.k == self.steps:
+            self.done.succeed()
+            return
+        key = (self.tag, self.k)
+        messages = self.coll.messages
+        sent = messages.send((key, self.pos), self.me, self.succ, self.chunk_bytes)
+        received = messages.arrival((key, self.pred))
+        self.waiting = 2
+        _when_done(sent, self._one_done)
+        _when_done(received, self._one_done)
+
+    def _one_done(self, _event: simpy.Event) -> None:
+        self.waiting -= 1
+        if self.waiting:
+            return
+        self.k += 1
+        if self.k <= self.sum_steps and self.step_sum_s > 0:
+            # add the received chunk into this rank's partial sum before sending it on
+            self.coll.sum_busy_s[self.me] += self.step_sum_s
+            self.coll.env.timeout(self.step_sum_s).callbacks.append(self._step)
+        else:
+            self._step()
+
+
+class Collectives:
+    """Collectives over explicit member lists, on one network.
+
+    ``sum_busy_s[rank]`` totals the local-sum time the rank spent inside reducing rings.
+    """
+
+    def __init__(self, env: simpy.Environment, net: ClusterNetwork):
+        self.env = env
+        self.net = net
+        self.messages = Messages(env, net)
+        self.sum_busy_s: dict[int, float] = defaultdict(float)
+
+    def ring(self, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
+             sum_steps: int = 0, step_sum_s: float = 0.0) -> simpy.Event:
+        """``members[pos]``'s part of ``steps`` ring steps; the first ``sum_steps`` end with a local
+        sum of ``step_sum_s``. Driven by callbacks (no process per step): the returned event
+        fires when the rank's last step is complete."""
+        return _RingPart(self, members, pos, steps, chunk_bytes, tag, sum_steps, step_sum_s).done
+
+    # -- the building blocks ----------------------------------------------------------------
+
+    def ring_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
+        """2(m-1) steps of S/m; the m-1 reduce-scatter steps each sum 1/m of the tensor."""
+        m = len(members)
+        yield self.ring(members, pos, 2 * (m - 1), n_bytes / m, (tag, "ring"), m - 1, sum_s / m)
+
+    def ring_reduce_scatter(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
+        """m-1 steps of S/m (``n_bytes`` is the whole input)."""
+        m = len(members)
+        yield self.ring(members, pos, m - 1, n_bytes / m, (tag, "reduce_scatter"), m - 1, sum_s / m)
+
+    def ring_allgather(self, members: Sequence[int], pos: int, chunk_bytes: float, tag: Any):
+        """m-1 steps, each forwarding one member's ``chunk_bytes``: every member receives (m-1) chunks."""
+        yield self.ring(members, pos, len(members) - 1, chunk_bytes, (tag, "allgather"))
+
+    def hierarchical_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
+        """Intra-node reduce-scatter, inter-node allreduce of the S/g shard, intra-node allgather.
+        ``members`` are node-major with the same count g on every node they occupy."""
+        node_of = self.net.node_of
+        nodes = sorted({node_of(r) for r in members})
+        g = len(members) // len(nodes)
+        if g == 1 or len(nodes) == 1:
+            yield from self.ring_allreduce(members, pos, n_bytes, tag, sum_s)
+            return
+        node_index, local = divmod(pos, g)
+        in_node = list(members[node_index * g:(node_index + 1) * g])
+        across = [members[d * g + local] for d in range(len(nodes))]
+        shard, shard_sum_s = n_bytes / g, sum_s / g
+        yield from self.ring_reduce_scatter(in_node, local, n_bytes, (tag, "intra", nodes[node_index]), sum_s)
+        yield from self.ring_allreduce(across, node_index, shard, (tag, "inter", local), shard_sum_s)
+        yield from self.ring_allgather(in_node, local, shard, (tag, "intra-ag", nodes[node_index]))
+
+    def ps_push_pull(self, rank: int, n_bytes: float, tag: Any, servers: int):
+        """A worker's side: push S/P to each server (endpoints n..n+P-1), wait for the P answers."""
+        n, shard = self.net.world_size, n_bytes / servers
+        pushes = [self.messages.send((tag, "push", rank, p), rank, n + p, shard) for p in range(servers)]
+        pulls = [self.messages.arrival((tag, "pull", p, rank)) for p in range(servers)]
+        yield from pushes + pulls
+
+    def ps_server(self, p: int, reductions: Sequence[tuple[Any, float]], servers: int, workers: Sequence[int]):
+        """Server p: for each (tag, bytes) in order, wait for every worker's push, then answer all."""
+        n = self.net.world_size
+        for tag, n_bytes in reductions:
+            if n_bytes <= 0:
+                continue
+            for rank in workers:
+                yield self.messages.arrival((tag, "push", rank, p))
+            for rank in workers:
+                self.messages.send((tag, "pull", p, rank), n + p, rank, n_bytes / servers)

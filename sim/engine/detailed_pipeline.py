@@ -1,0 +1,218 @@
+"""Detailed fidelity for dp x pp x tp layouts: every rank a process, every message a flow.
+
+Rank r = (d pp + s) tp + t (replica d, stage s, tensor rank t; ``sim.parallel``). Each rank runs
+its stage's schedule (``sim.engine.pipeline.schedule_ops``: GPipe or 1F1B) on its own:
+- a forward waits for its activation slice from rank (d, s-1, t), a backward for its gradient
+  slice from (d, s+1, t); each rank sends its 1/t slice (``StagePlan.send_bytes`` / t) on
+  its own send queue per direction, one message at a time (NCCL's p2p stream; the fast path's
+  link process), so the t slices of a boundary share the links they cross;
+- each layer computes 1/t of its work, then runs its tensor-parallel allreduces
+  (``sim.costs.tensor``: count and message size) as ring allreduces of real flows over the
+  ranks (d, s, 0..t-1), in forward and again in backward;
+- after its last backward the rank reduces its stage's gradient shard over its data-parallel
+  group (ranks (0..dp-1, s, t)) in DDP buckets, through the strategy's collective and codec
+  (``sim.engine.detailed_sync``), then steps its optimizer.
+Per-layer times, stage bounds, send sizes and optimizer times come from
+``sim.engine.pipeline_plan`` (the fast path's plan); only the communication is per flow.
+Where every node's links carry what the fast path's load counting assumes (see
+tests/test_detailed_pipeline.py), the two agree; elsewhere the detailed mode is the one that
+sees who really shares a link at a given moment.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import simpy
+
+from sim.config import Scenario
+from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
+from sim.engine.detailed_collectives import Collectives
+from sim.engine.detailed_sync import GradientSync, check_sync
+from sim.engine.flows import ClusterNetwork
+from sim.engine.pipeline import schedule_ops
+from sim.engine.pipeline_plan import (
+    PipelinePlan,
+    StagePlan,
+    build_pipeline_plan,
+    micro_batch_times_s,
+)
+from sim.engine.plan import DDP_FIRST_BUCKET_BYTES, assign_buckets
+from sim.errors import ConfigError
+from sim.result import IterationResult, Span
+from sim.strategy import DTYPE_BYTES
+
+TRACED_RANKS = 8
+
+
+def check_detailed_pipeline(scenario: Scenario) -> None:
+    check_sync(scenario)
+    if scenario.strategy.collective == "ps":
+        raise ConfigError("simulation.fidelity", "detailed",
+                          f"fast for collective=ps with tp * pp > 1 or micro_batches > 1 (tp={scenario.strategy.tp}, "
+                          f"pp={scenario.strategy.pp}): the detailed mode's servers serve one data-parallel group")
+
+
+class _Layout:
+    """Rank numbering of ``sim.parallel``: rank = (d pp + s) tp + t."""
+
+    def __init__(self, plan: PipelinePlan):
+        self.dp, self.tp, self.pp = plan.dp, plan.tp, len(plan.stages)
+
+    def rank(self, d: int, s: int, t: int) -> int:
+        return (d * self.pp + s) * self.tp + t
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        d, rest = divmod(rank, self.pp * self.tp)
+        s, t = divmod(rest, self.tp)
+        return d, s, t
+
+
+class _PipelineRank:
+    def __init__(self, run: _DetailedPipeline, rank: int):
+        self.run, self.rank = run, rank
+        self.d, self.s, self.t = run.layout.coords(rank)
+        self.stage: StagePlan = run.plan.stages[self.s]
+        env = run.env
+        self.traced = rank < TRACED_RANKS
+        self.outbox = {"F": simpy.Store(env), "B": simpy.Store(env)}
+        self.send_busy_s = {"F": 0.0, "B": 0.0}
+        self.tp_busy_s = 0.0
+        self.sync_busy_s = 0.0
+        self.flush_s = 0.0
+        self.end_s = 0.0
+        for direction in ("F", "B"):
+            env.process(self.sender(direction))
+        self.done = env.process(self.work())
+
+    def _span(self, lane: str, name: str, start: float) -> None:
+        if self.traced:
+            self.run.spans.append(Span(f"rank{self.rank}/{lane}", name, start, self.run.env.now))
+
+    def sender(self, direction: str):
+        """This rank's send queue in one direction: one message at a time, in order."""
+        env, messages = self.run.env, self.run.coll.messages
+        while True:
+            key, dst, n_bytes = yield self.outbox[direction].get()
+            start = env.now
+            yield messages.send(key, self.rank, dst, n_bytes)
+            self.send_busy_s[direction] += env.now - start
+            self._span("send", f"{key[0]}{key[-1]}", start)
+
+    def pass_over_layers(self, op: str, mb: int):
+        run, env = self.run, self.run.env
+        lo, hi = self.stage.layers
+        layers = range(lo, hi) if op == "F" else range(hi - 1, lo - 1, -1)
+        tp_members = [run.layout.rank(self.d, self.s, t) for t in range(run.layout.tp)]
+        for i in layers:
+            yield env.timeout(run.layer_s[i][0 if op == "F" else 1] / run.layout.tp)
+            for j in range(run.tp_count[i]):
+                start = env.now
+                yield from run.coll.ring_allreduce(tp_members, self.t, run.tp_bytes[i], ("tp", self.d, self.s, op, mb, i, j))
+                self.tp_busy_s += env.now - start
+
+    def work(self):
+        run, env, s, layout = self.run, self.run.env, self.s, self.run.layout
+        p = layout.pp
+        slice_bytes = self.stage.send_bytes / layout.tp
+        for op, mb in schedule_ops(run.plan.schedule, p, run.plan.micro_batches, s):
+            if op == "F" and s > 0:
+                yield run.coll.messages.arrival(("F", self.d, s, self.t, mb))
+            if op == "B" and s < p - 1:
+                yield run.coll.messages.arrival(("B", self.d, s, self.t, mb))
+            start = env.now
+            yield from self.pass_over_layers(op, mb)
+            self._span("compute", f"{op}{mb}", start)
+            if op == "F" and s < p - 1:
+                self.outbox["F"].put((("F", self.d, s + 1, self.t, mb), layout.rank(self.d, s + 1, self.t), slice_bytes))
+            if op == "B" and s > 0:
+                prev = run.plan.stages[s - 1].send_bytes / layout.tp
+                self.outbox["B"].put((("B", self.d, s - 1, self.t, mb), layout.rank(self.d, s - 1, self.t), prev))
+        self.flush_s = env.now
+        members = [layout.rank(d, s, self.t) for d in range(layout.dp)]
+        start = env.now
+        for index, n_bytes in enumerate(run.stage_buckets[s]):
+            yield from run.sync.bucket(members, self.d, n_bytes, ("dp", s, self.t, index), self._comm_span)
+        self.sync_busy_s = env.now - start
+        if self.sync_busy_s > 0:
+            self._span("comm", "dp gradient sync", start)
+        start = env.now
+        yield env.timeout(self.stage.optimizer_s)
+        self._span("compute", "optimizer step", start)
+        self.end_s = env.now
+
+    def _comm_span(self, name: str, start: float) -> None:
+        self._span("comm", name, start)
+
+
+class _DetailedPipeline:
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.plan = plan = build_pipeline_plan(scenario)
+        self.layout = _Layout(plan)
+        strategy, workload = scenario.strategy, scenario.workload
+        dtype_bytes = DTYPE_BYTES[strategy.precision]
+        micro_batch = workload.batch_size // strategy.micro_batches
+        self.layer_s = micro_batch_times_s(scenario, micro_batch, dtype_bytes)
+        tp = strategy.tp
+        self.tp_count = [tp_allreduces_per_pass(layer) if tp > 1 else 0 for layer in workload.layers]
+        self.tp_bytes = [tp_message_bytes(layer, micro_batch, dtype_bytes) for layer in workload.layers]
+        per_param = strategy.grad_bytes_per_param / tp
+        self.stage_buckets: list[list[float]] = []
+        for st in plan.stages:
+            lo, hi = st.layers
+            grads = [workload.layers[i].param_count * per_param for i in range(hi - 1, lo - 1, -1)]
+            groups = assign_buckets(grads, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
+            self.stage_buckets.append([sum(grads[i] for i in group) for group in groups])
+        self.env = simpy.Environment()
+        self.net = ClusterNetwork(self.env, scenario.cluster)
+        self.coll = Collectives(self.env, self.net)
+        self.sync = GradientSync(self.env, scenario, self.coll)
+        self.spans: list[Span] = []
+        self.ranks = [_PipelineRank(self, r) for r in range(scenario.cluster.world_size)]
+
+
+def run_detailed_pipeline(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:
+    """One iteration of a dp x pp x tp layout with every rank and every message simulated."""
+    check_detailed_pipeline(scenario)
+    run = _DetailedPipeline(scenario)
+    env, plan = run.env, run.plan
+    events = 0
+    while env.peek() != float("inf"):
+        env.step()
+        events += 1
+    unfinished = [r.rank for r in run.ranks if not r.done.triggered]
+    if unfinished:
+        raise RuntimeError(f"detailed pipeline deadlocked: ranks {unfinished[:8]} never finished")
+    m = plan.micro_batches
+    busiest = max(plan.stages, key=lambda st: st.fwd_s + st.bwd_s)
+    busy = m * (busiest.fwd_s + busiest.bwd_s)
+    total = max(r.end_s for r in run.ranks)
+    flush = max(r.flush_s for r in run.ranks)
+    boundary_busy: dict[int, float] = defaultdict(float)  # activations forward + gradients back, per boundary
+    for r in run.ranks:
+        if r.s + 1 < run.layout.pp:
+            back = run.ranks[run.layout.rank(r.d, r.s + 1, r.t)].send_busy_s["B"]
+            boundary_busy[r.s] = max(boundary_busy[r.s], r.send_busy_s["F"] + back)
+    result = IterationResult(
+        world_size=scenario.cluster.world_size,
+        batch_size=scenario.workload.batch_size,
+        iteration_time_s=total,
+        compute_time_s=busy + busiest.optimizer_s,
+        exposed_comm_time_s=max(0.0, total - flush - busiest.optimizer_s),  # iteration - compute - bubble
+        comm_time_s=max(r.sync_busy_s for r in run.ranks),
+        forward_time_s=m * busiest.fwd_s,
+        backward_time_s=m * busiest.bwd_s,
+        optimizer_time_s=busiest.optimizer_s,
+        bytes_by_link=dict(run.net.bytes_by_link),
+        buckets=(),
+        spans=tuple(run.spans),
+        events=events,
+        fidelity="detailed",
+        data_parallel=plan.dp,
+        codec_time_s=max((run.sync.codec_busy_s[r.rank] for r in run.ranks), default=0.0),
+        bubble_time_s=flush - busy,
+        tp_comm_time_s=max(r.tp_busy_s for r in run.ranks),
+        pp_comm_time_s=max(boundary_busy.values(), default=0.0),
+    )
+    return result, run.net
