@@ -98,6 +98,8 @@ def run_job(job: dict[str, Any]) -> int:
             dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world,
                                     timeout=timedelta(seconds=ctx.timeout_s))
         ctx.beat()
+        if job.get("link") and job.get("topology") == "per_link" and dist.is_initialized():
+            _shape_per_link(ctx)
         result = _dispatch(ctx)
         ctx.beat()
         if ctx.rank == 0 and job.get("out"):
@@ -116,6 +118,20 @@ def run_job(job: dict[str, Any]) -> int:
         return 1
 
 
+def _shape_per_link(ctx: Context) -> None:
+    """Once gloo's connections are open, rank 0 gives each flow its own htb class."""
+    import torch
+    import torch.distributed as dist
+
+    from real.netem import install_per_link, parse_rate
+
+    dist.all_reduce(torch.zeros(1))  # every pair has talked: the connections exist
+    if ctx.rank == 0:
+        flows = install_per_link(parse_rate(ctx.job["link"]))
+        print(f"rank 0: per-link shaping on {flows} flow directions", file=sys.stderr, flush=True)
+    dist.barrier()
+
+
 def _dispatch(ctx: Context) -> dict[str, Any] | None:
     kind = ctx.job["kind"]
     if kind == "train":
@@ -126,6 +142,10 @@ def _dispatch(ctx: Context) -> dict[str, Any] | None:
         from real.bench_comm import run_comm_bench
 
         return run_comm_bench(ctx)
+    if kind == "layer_profile":
+        from real.profile_layers import run_layer_profile
+
+        return run_layer_profile(ctx)
     if kind == "grad_check":
         from real.strategies.hooks import run_grad_check
 

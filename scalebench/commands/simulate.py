@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from scalebench.commands.common import add_scenario_arguments, format_rows, scenario_dict_from_args, write_out
+from scalebench.commands.common import (
+    add_scenario_arguments,
+    format_rows,
+    scenario_dict_from_args,
+    write_out,
+)
 
 DEFAULT_SCENARIO = {
     "name": "resnet50-32xv100-ib_edr",
