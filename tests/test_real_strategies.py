@@ -50,3 +50,57 @@ def test_compressed_gradients_within_the_format_bound(hooked, fmt):
     assert (got - mean).abs().max() > 0
     expected_path = "allreduce" if FORMATS[fmt].path == "allreduce" else "allgather_uint8"
     assert hooked[fmt]["path"].startswith(expected_path)
+
+
+def _spec(strategy: str, gpus: int = 2, **real) -> dict:
+    from real.seed_mlp import SEED_SPEC
+
+    return {**SEED_SPEC, "workload": {"model": "mlp", "batch_size": 16, "optimizer": "momentum"},
+            "cluster": {"gpus": gpus, "gpu": "cpu"}, "strategy": {"ps_servers": 2},
+            "real": {"strategy": strategy, "baseline": False, "lr": 0.05, **real}}
+
+
+def test_sync_ps_matches_data_parallel_numerically():
+    """Two sharded servers, momentum SGD: the same losses as DDP (= one process on all samples)."""
+    from real.measure import run_spec
+    from real.seed_mlp import data_parallel_losses, reference_losses
+
+    spec = _spec("ps_sync")
+    _, _, raw = run_spec(spec, iterations=4, warmup=1, timeout_s=30)
+    assert raw["ranks"][0]["comm_path"].endswith("2 server shard(s)")
+    assert data_parallel_losses(raw) == pytest.approx(reference_losses(spec, 5), rel=1e-5)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_pipeline_equals_the_unsplit_model(schedule):
+    """2 stages, 4 micro-batches: the last stage's loss each step is the unsplit model's on the batch."""
+    from real.measure import run_spec
+    from real.seed_mlp import reference_losses
+
+    spec = _spec("pipeline", microbatches=4, schedule=schedule)
+    _, _, raw = run_spec(spec, iterations=3, warmup=1, timeout_s=30)
+    last = raw["ranks"][-1]["losses"]
+    unsplit = reference_losses({**spec, "cluster": {"gpus": 1, "gpu": "cpu"}, "real": {"lr": 0.05}}, 4)
+    assert last == pytest.approx(unsplit, rel=1e-5)
+    assert raw["pipeline_stages"] == 2 and raw["microbatches"] == 4
+
+
+def test_async_ps_records_staleness_per_update():
+    from real.measure import run_spec
+
+    _, _, raw = run_spec(_spec("ps_async", gpus=3), iterations=4, warmup=1, timeout_s=30)
+    staleness = raw["staleness"]
+    assert len(staleness) == 2 * 5  # every push of both workers is one update
+    assert all(0 <= s < len(staleness) for s in staleness)
+    assert len(raw["ranks"]) == 2 and raw["workers"] == 2
+
+
+def test_pipeline_split_points_cover_every_layer_once():
+    from real.strategies.pipeline import split_points
+
+    for counts, stages in [([10, 0, 10, 0, 10], 2), ([1, 1, 1, 1], 4), ([0, 0, 5], 3), ([100, 1, 1, 1], 2)]:
+        bounds = split_points(counts, stages)
+        assert len(bounds) == stages
+        assert bounds[0][0] == 0 and bounds[-1][1] == len(counts)
+        assert all(lo < hi for lo, hi in bounds)
+        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
