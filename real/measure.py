@@ -36,6 +36,11 @@ def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_
     """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row."""
     scenario, options, raw = run_spec(spec, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
                                       link=link, topology=topology)
+    return row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
+
+
+def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, warmup: int, link: str | None,
+                 topology: str) -> dict[str, Any]:
     row = {**scenario_columns(scenario), **metrics_from_ranks(raw, scenario.workload.batch_size)}
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
                 "iterations": iterations, "warmup": warmup})
