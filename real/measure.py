@@ -51,12 +51,16 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
 def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link: str | None = None,
              topology: str = "shared") -> tuple[Any, Any, dict[str, Any]]:
     """Validate, launch and return (scenario, options, rank 0's gathered per-rank data)."""
-    scenario, options = real_scenario(spec)
     require_positive("iterations", iterations, integer=True)
     require_positive("warmup", warmup, integer=True, allow_zero=True)
     require_positive("timeout_s", timeout_s)
     if topology not in ("shared", "per_link"):
         raise ConfigError("topology", topology, ("shared", "per_link"))
+    if link:
+        from real.netem import check_link
+
+        check_link(link)
+    scenario, options = real_scenario(spec)
     world = scenario.cluster.world_size
     if options.strategy == "pipeline" and world < 2:
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")

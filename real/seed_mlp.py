@@ -63,7 +63,7 @@ def run_seed_experiment(out_dir: str | Path = "results/seed_mlp", steps: int = 2
     single = reference_losses(spec, steps)
     max_rel = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(dp, single, strict=True))
     out = Path(out_dir)
-    _plot(out / "loss.png", dp, single, world)
+    _plot(out / "loss.png", dp, single, world, max_rel)
     from real.results import write_rows
 
     write_rows(out / "loss.csv", [{"step": i, "loss_data_parallel": a, "loss_single_process": b}
@@ -72,7 +72,7 @@ def run_seed_experiment(out_dir: str | Path = "results/seed_mlp", steps: int = 2
             "final_loss": dp[-1], "plot": str(out / "loss.png")}
 
 
-def _plot(path: Path, dp: list[float], single: list[float], world: int) -> None:
+def _plot(path: Path, dp: list[float], single: list[float], world: int, max_rel: float) -> None:
     import io
 
     import matplotlib
@@ -89,7 +89,7 @@ def _plot(path: Path, dp: list[float], single: list[float], world: int) -> None:
     ax.set_xlabel("step")
     ax.set_ylabel("MSE loss (log scale)")
     ax.set_title("y = exp(x), MLP 1-16-32-1, same seed: the curves overlap")
-    ax.legend()
+    ax.legend(title=f"largest relative difference {max_rel:.1e}")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -26,20 +26,20 @@ def _fp32_rank_grads(model_name: str, batch: int, world: int, seed: int = 0) -> 
 
 @pytest.fixture(scope="module")
 def hooked():
-    job = {"kind": "grad_check", "model": "small_transformer", "batch_size": 2, "formats": list(FORMATS),
-           "bucket_mib": 0.5, "backend": "gloo"}
+    job = {"kind": "grad_check", "model": "small_cnn", "batch_size": 4, "formats": list(FORMATS),
+           "bucket_mib": 0.25, "backend": "gloo"}
     return launch(job, 2, timeout_s=60, deadline_s=180)
 
 
 def test_fp32_ddp_is_the_mean_of_the_rank_gradients(hooked):
-    mean = sum(_fp32_rank_grads("small_transformer", 2, 2)) / 2
+    mean = sum(_fp32_rank_grads("small_cnn", 4, 2)) / 2
     got = torch.tensor(hooked["none"]["grad"])
     assert torch.allclose(got, mean, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_compressed_gradients_within_the_format_bound(hooked, fmt):
-    per_rank = _fp32_rank_grads("small_transformer", 2, 2)
+    per_rank = _fp32_rank_grads("small_cnn", 4, 2)
     mean = sum(per_rank) / 2
     got = torch.tensor(hooked[fmt]["grad"])
     err = (got - mean).abs()
