@@ -34,43 +34,47 @@ def sizes_bytes(min_bytes: int = KIB, max_bytes: int = 256 * KIB * KIB, factor: 
     return sizes
 
 
-def _op(name: str, n: int, rank: int, size: int):
-    """(run, check) closures for one collective on ``size`` bytes of fp32; check returns #wrong."""
+def _op(name: str, n: int, rank: int, size: int, device=None):
+    """(fill, run, check) closures for one collective on ``size`` bytes of fp32; check returns #wrong."""
+    import functools
+
     import torch
     import torch.distributed as dist
 
+    empty = functools.partial(torch.empty, device=device or "cpu")
+
     count = max(n, size // 4 // n * n)  # divisible by n for the sharded collectives
     if name == "allreduce":
-        buf = torch.empty(count)
+        buf = empty(count)
 
         def fill():
             buf.fill_(rank + 1)
 
         return fill, lambda: dist.all_reduce(buf), lambda: int((buf != n * (n + 1) / 2).sum())
     if name == "allgather":
-        shard, out = torch.empty(count // n), torch.empty(count)
+        shard, out = empty(count // n), empty(count)
 
         def fill():
             shard.fill_(rank + 1)
 
-        expect = torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(count // n)
+        expect = torch.arange(1, n + 1, dtype=torch.float32, device=device or "cpu").repeat_interleave(count // n)
         return fill, lambda: dist.all_gather_into_tensor(out, shard), lambda: int((out != expect).sum())
     if name == "reduce_scatter":
-        inp, out = torch.empty(count), torch.empty(count // n)
+        inp, out = empty(count), empty(count // n)
 
         def fill():
             inp.fill_(rank + 1)
 
         return fill, lambda: dist.reduce_scatter_tensor(out, inp), lambda: int((out != n * (n + 1) / 2).sum())
     if name == "broadcast":
-        buf = torch.empty(count)
+        buf = empty(count)
 
         def fill():
             buf.fill_(7.0 if rank == 0 else 0.0)
 
         return fill, lambda: dist.broadcast(buf, src=0), lambda: int((buf != 7.0).sum())
     if name == "sendrecv":  # a ring: send to the next rank, receive from the previous
-        send, recv = torch.empty(count), torch.empty(count)
+        send, recv = empty(count), empty(count)
 
         def fill():
             send.fill_(rank + 1)
@@ -96,7 +100,7 @@ def run_comm_bench(ctx) -> dict[str, Any]:
     for name in job["collectives"]:
         for size in sizes_bytes(job.get("min_bytes", KIB), job["max_bytes"]):
             try:
-                fill, run, check = _op(name, n, rank, size)
+                fill, run, check = _op(name, n, rank, size, ctx.device)
                 fill()
                 run()
             except RuntimeError as err:  # the backend lacks this collective
@@ -110,6 +114,8 @@ def run_comm_bench(ctx) -> dict[str, Any]:
                 dist.barrier()
                 t0 = time.perf_counter()
                 run()
+                if ctx.device.type == "cuda":
+                    torch.cuda.synchronize()
                 elapsed = time.perf_counter() - t0
                 ctx.beat()
                 if i >= job["warmup"]:

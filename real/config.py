@@ -101,6 +101,15 @@ def _check_against_scenario(options: RealOptions, scenario: Scenario) -> None:
         raise ConfigError("cluster.gpus", world, "at least 2 ranks for a parameter server")
     if options.strategy == "ps_sync" and scenario.strategy.ps_servers > world:
         raise ConfigError("strategy.ps_servers", scenario.strategy.ps_servers, f"at most the world size {world}")
+    if options.backend == "nccl":
+        if options.strategy != "ddp":
+            raise ConfigError("real.backend", "nccl", f"gloo with strategy {options.strategy} (NCCL runs ddp only)")
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus < scenario.cluster.gpus_per_node:
+            raise ConfigError("real.backend", "nccl", f"gloo here: NCCL needs one CUDA device per local rank "
+                                                      f"({scenario.cluster.gpus_per_node} ranks, {gpus} devices)")
     if options.compression != "none" and options.strategy != "ddp":
         raise ConfigError("real.compression", options.compression, "none with strategy " + options.strategy)
 
@@ -111,6 +120,9 @@ def real_scenario(spec: dict[str, Any]) -> tuple[Scenario, RealOptions]:
         raise ConfigError("config", type(spec).__name__, "a mapping (workload, cluster, strategy, real)")
     _check_model(spec.get("workload"))
     spec = _with_layer_table(spec)
+    cluster = spec.get("cluster")
+    if isinstance(cluster, dict) and "gpus" in cluster and not {"gpus_per_node", "nodes"} & set(cluster):
+        spec = {**spec, "cluster": {**cluster, "gpus_per_node": cluster["gpus"]}}  # one machine holds every rank
     scenario = scenario_from_dict(spec, extra_keys=("real",))
     return scenario, real_options_from_dict(spec.get("real"), scenario)
 

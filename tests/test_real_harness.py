@@ -74,9 +74,11 @@ def test_measure_point_row_and_environment():
     spec = {"workload": {"model": "mlp", "batch_size": 8}, "cluster": {"gpus": 2, "gpu": "cpu"},
             "strategy": {"bucket_mib": 0.001, "overlap": False}}
     row = measure_point(spec, iterations=3, warmup=1, timeout_s=30)
-    scenario = scenario_from_dict({k: v for k, v in spec.items()}, extra_keys=("real",))
-    for key, value in scenario_columns(scenario).items():
+    from real.config import real_scenario
+
+    for key, value in scenario_columns(real_scenario(spec)[0]).items():
         assert row[key] == value
+    assert row["nodes"] == 1 and row["gpus_per_node"] == 2  # both ranks on this machine
     assert row["source"] == "real" and row["backend"] == "gloo" and row["link"] == "loopback"
     assert row["torch_version"] == torch.__version__ and row["git_revision"]
     assert row["buckets"] >= 2  # a 1 KiB bucket cap splits the mlp's 2.4 KiB of gradients
@@ -125,6 +127,8 @@ def _workers_alive() -> bool:
     ["--compression", "fp9"],
     ["--backend", "mpi"],
     ["--link", "fast"],
+    ["--backend", "nccl", "--strategy", "ps_sync", "--nproc", "3"],
+    ["--backend", "nccl", "--nproc", "64"],  # more local ranks than CUDA devices (none on CI)
     ["--topology", "ring"],
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):

@@ -44,7 +44,7 @@ def run_training(ctx) -> dict[str, Any]:
     scenario, options = real_scenario(job["spec"])
     iterations, warmup = int(job["iterations"]), int(job["warmup"])
     batch = scenario.workload.batch_size
-    model = base_model(scenario)
+    model = base_model(scenario).to(ctx.device)
     data_rank = 0 if options.strategy == "pipeline" else ctx.rank  # pipeline stages share one batch
     batches = [(x.to(ctx.device), y.to(ctx.device))
                for x, y in rank_batches(scenario.workload.name, batch, scenario.seed, data_rank)]
