@@ -4,8 +4,10 @@
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). The same model, data, optimizer and threads as
 the harness' DDP run, none of its machinery: no barriers per step, no heartbeats, no
 barrier per step. Rank 0 writes the mean wall time per iteration, (t_end - t_start) / N between
-two barriers around the N timed iterations, and the median of its per-iteration times (one
-perf_counter per step: on a shared machine the median resists other processes' bursts).
+two barriers around the N timed iterations, and, with the harness' own statistic, the median
+over iterations of the slowest rank's step (wall and process CPU time; one perf_counter and
+process_time per step, gathered after the loop: on a shared machine the median resists
+other processes' bursts).
 """
 
 from __future__ import annotations
@@ -33,23 +35,29 @@ def main(argv: list[str]) -> int:
     opt = make_optimizer(ddp.parameters(), "momentum", 0.01)
     loss = loss_fn(model_name)
     batches = rank_batches(model_name, batch, 0, rank)
-    steps = []
+    steps, cpu = [], []
     for i in range(warmup + iterations):
         if i == warmup:
             dist.barrier()
             start = time.perf_counter()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         x, y = batches[i % len(batches)]
         opt.zero_grad(set_to_none=True)
         loss(ddp(x), y).backward()
         opt.step()
         steps.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     dist.barrier()
     per_iteration = (time.perf_counter() - start) / iterations
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (steps[warmup:], cpu[warmup:]))  # after the timed loop
     if rank == 0:
+        slowest = [max(col) for col in zip(*(g[0] for g in gathered), strict=True)]
+        slowest_cpu = [max(col) for col in zip(*(g[1] for g in gathered), strict=True)]
         with open(out, "w", encoding="utf-8") as fh:
             json.dump({"mean_iteration_time_s": per_iteration,
-                       "median_iteration_time_s": statistics.median(steps[warmup:])}, fh)
+                       "median_iteration_time_s": statistics.median(slowest),
+                       "median_iteration_cpu_s": statistics.median(slowest_cpu)}, fh)
     dist.destroy_process_group()
     return 0
 

@@ -45,9 +45,9 @@ class RealOptions:
 
 
 def real_options_from_dict(spec: dict[str, Any] | None, scenario: Scenario) -> RealOptions:
-    spec = dict(spec or {})
-    if not isinstance(spec, dict):
+    if spec is not None and not isinstance(spec, dict):
         raise ConfigError("real", spec, "a mapping with keys " + ", ".join(REAL_KEYS))
+    spec = dict(spec or {})
     reject_unknown_keys("real", spec, REAL_KEYS)
     default_strategy = "ps_sync" if scenario.strategy.collective == "ps" else "ddp"
     strategy = require_choice("real.strategy", spec.get("strategy", default_strategy), REAL_STRATEGIES)

@@ -9,6 +9,8 @@ interquartile ranges, and environment columns (real/results.py). Definitions:
 - exposed_comm_time_s = iteration_time_s - compute_time_s;
 - comm_time_s: the iteration's gradient reduction replayed alone (DDP's bucket sizes);
 - baseline_time_s: rank 0's compute-only iteration with the other ranks idle (T1);
+- iteration_cpu_time_s: CPU time of the rank's process (all threads) per iteration, slowest rank,
+  median: on a shared machine it moves less than wall time when other work competes for cores;
 - throughput = world x batch / iteration; speedup = world x T1 / TN; efficiency = T1 / TN.
 """
 
@@ -117,6 +119,7 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "events": NAN,
         "fidelity": "real",
         "iteration_time_iqr_s": it_iqr,
+        "iteration_cpu_time_s": _slowest_median(ranks, "iteration_cpu"),
         "compute_time_iqr_s": comp_iqr,
         "comm_time_iqr_s": comm_iqr,
         "final_loss": _final_loss(ranks),
@@ -126,6 +129,13 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         if key in raw:
             out[key] = raw[key]
     return out
+
+
+def _slowest_median(ranks: list[dict[str, Any]], key: str) -> float:
+    """CPU seconds of the process (all its threads) per iteration: slowest rank, median."""
+    if not all(r.get(key) for r in ranks):
+        return NAN
+    return median_iqr(slowest_per_iteration([r[key] for r in ranks]))[0]
 
 
 def _final_loss(ranks: list[dict[str, Any]]) -> float:

@@ -152,3 +152,33 @@ def test_missing_float8_is_a_config_error(monkeypatch):
     monkeypatch.delattr(torch, "float8_e5m2")
     with pytest.raises(ConfigError, match="float8_e5m2"):
         _require_float8("fp8_e5m2")
+
+
+def test_calibrate_bad_arguments_exit_2(capsys):
+    from scalebench.cli import main
+
+    assert main(["calibrate", "--ranks", "1"]) == 2
+    assert main(["calibrate", "--models", "resnet50"]) == 2
+    assert main(["calibrate", "--links", "fast"]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 3
+
+
+@pytest.mark.slow
+def test_calibrate_writes_what_the_simulator_loads(tmp_path):
+    """End to end (about a minute): measure, write, load into a scenario, simulate."""
+    from scalebench.cli import main
+    from sim.calibration import apply_calibration, load_calibration
+    from sim.catalog import load_catalog_file
+    from sim.simulate import simulate
+
+    assert main(["calibrate", "--out", str(tmp_path), "--models", "mlp", "--colocated", "1", "2",
+                 "--max-bytes", "65536", "--iterations", "3"]) == 0
+    cal = load_calibration(tmp_path)
+    catalog = load_catalog_file(cal.catalog_file)
+    assert "cpu_local" in catalog.gpus and "gloo_loopback" in catalog.links
+    spec = {"workload": {"model": "mlp", "batch_size": 64},
+            "cluster": {"gpus": 2, "gpus_per_node": 2, "gpu": "cpu_local", "intra_link": "gloo_loopback",
+                        "inter_link": "gloo_loopback"}}
+    scenario = apply_calibration(scenario_from_dict(spec, catalog), cal)
+    assert all(layer.fwd_time_s > 0 and layer.bwd_time_s > 0 for layer in scenario.workload.layers)
+    assert simulate(scenario).iteration_time_s > 0

@@ -62,22 +62,24 @@ def run_training(ctx) -> dict[str, Any]:
         out["compute"] = _compute_only(ctx, local, batches, iterations, warmup, barrier=True)
 
     trainer = _trainer(ctx, scenario, options, model)
-    times, losses = [], []
+    times, cpu_times, losses = [], [], []
     for i in range(warmup + iterations):
         if fault.get("rank") == ctx.rank and fault.get("iteration") == i:
             _inject(fault.get("mode", "kill"))
         x, y = batches[i % len(batches)]
         dist.barrier()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = trainer.step(x, y)
         if ctx.device.type == "cuda":
             torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         ctx.beat()
         losses.append(loss)
         if i >= warmup:
             times.append(elapsed)
+            cpu_times.append(cpu)
     out["iteration"] = times
+    out["iteration_cpu"] = cpu_times
     out["losses"] = losses
     if hasattr(trainer, "bucket_sizes_bytes"):
         sizes = trainer.bucket_sizes_bytes()
