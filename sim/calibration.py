@@ -103,3 +103,17 @@ def apply_calibration(scenario: Scenario, cal: Calibration) -> Scenario:
             raise ConfigError(f"calibration.workloads.{w.name}", layer.name, "layers " + ", ".join(names))
         layers.append(replace(layer, fwd_time_s=f, bwd_time_s=b))
     return replace(scenario, workload=replace(w, layers=tuple(layers)))
+
+
+def calibrated_scenario(spec: dict[str, Any], path: str | Path) -> Scenario:
+    """A scenario dict read with the calibration's catalog and given its measured layer times.
+
+    ``spec`` may name ``gpu: cpu_local`` and ``intra_link: gloo_loopback`` (or another link the
+    calibration wrote); a ``real:`` section (the harness' options) is ignored here.
+    """
+    from sim.catalog import load_catalog_file
+    from sim.config import scenario_from_dict
+
+    cal = load_calibration(path)
+    catalog = load_catalog_file(cal.catalog_file) if cal.catalog_file.exists() else None
+    return apply_calibration(scenario_from_dict(spec, catalog, extra_keys=("real",)), cal)

@@ -97,3 +97,14 @@ def test_apply_calibration_and_catalog_load_together(tmp_path):
 def test_missing_calibration_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="scalebench calibrate"):
         load_calibration(tmp_path)
+
+
+def test_calibrated_scenario_from_a_spec_with_a_real_section(tmp_path):
+    from sim.calibration import calibrated_scenario
+
+    _write_calibration(tmp_path)
+    spec = {"workload": {"model": "mlp", "batch_size": 64}, "real": {"strategy": "ddp"},
+            "cluster": {"gpus": 4, "gpus_per_node": 4, "gpu": "cpu_local", "intra_link": "gloo_loopback"}}
+    scenario = calibrated_scenario(spec, tmp_path)
+    assert scenario.cluster.gpu.name == "cpu_local"
+    assert [layer.fwd_time_s for layer in scenario.workload.layers] == pytest.approx([2.4e-3, 4.8e-3, 7.2e-3])
