@@ -8,6 +8,10 @@
    n x busbw, so that aggregate is what compares with the rate);
 3. the harness' DDP iteration time for small_cnn against a bare torch DDP loop doing the same
    work (real/bare_ddp.py), alternated ``rounds`` times, medians compared (target: within 3 %).
+   Both start each rank in a session of its own: with the kernel's scheduler autogroups on
+   (/proc/sys/kernel/sched_autogroup_enabled), a session is one CPU-share group, so ranks that
+   share their parent's session get less CPU than the harness' ranks when other work loads the
+   machine (measured here: bare loop 40 % slower in wall time at the same CPU time).
 Timings on shared machines are noisy: say what else was running next to the figures.
 """
 
@@ -43,7 +47,8 @@ def bare_ddp_time_s(model: str, batch: int, iterations: int, warmup: int, thread
         procs = [subprocess.Popen([sys.executable, "-m", "real.bare_ddp", model, str(batch), str(iterations),
                                    str(warmup), str(threads), str(out)],
                                   env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(nproc),
-                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+                                  start_new_session=True)  # as the harness starts its ranks (see below)
                  for r in range(nproc)]
         codes = [p.wait(timeout=600) for p in procs]
         if any(codes):
