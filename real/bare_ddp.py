@@ -66,3 +66,56 @@ if __name__ == "__main__":
     code = main(sys.argv)
     sys.stdout.flush()
     os._exit(code)
+
+
+def run_interleaved(ctx) -> dict:
+    """Harness step and bare loop in the same processes, alternating blocks (load drift cancels).
+
+    Harness block: what real/strategies does per iteration (barrier, timed DDPTrainer.step,
+    heartbeat), statistic = slowest rank per iteration. Bare block: a plain DDP model (its own
+    copy) stepped ``block`` times between two barriers, statistic = wall time / block.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from real.config import real_scenario
+    from real.models import loss_fn
+    from real.strategies.common import base_model, make_optimizer, rank_batches
+    from real.strategies.ddp import DDPTrainer
+
+    job = ctx.job
+    scenario, options = real_scenario(job["spec"])
+    w = scenario.workload
+    batches = rank_batches(w.name, w.batch_size, scenario.seed, ctx.rank)
+    harness = DDPTrainer(base_model(scenario), scenario, options, ctx.device)
+    bare = DDP(base_model(scenario))
+    bare_opt = make_optimizer(bare.parameters(), w.optimizer, options.lr)
+    bare_loss = loss_fn(w.name)
+    h_times, b_means = [], []
+    for b in range(job["warmup_blocks"] + job["blocks"]):
+        timed = b >= job["warmup_blocks"]
+        for i in range(job["block"]):
+            x, y = batches[i % len(batches)]
+            dist.barrier()
+            t0 = time.perf_counter()
+            harness.step(x, y)
+            elapsed = time.perf_counter() - t0
+            ctx.beat()
+            if timed:
+                h_times.append(elapsed)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for i in range(job["block"]):
+            x, y = batches[i % len(batches)]
+            bare_opt.zero_grad(set_to_none=True)
+            bare_loss(bare(x), y).backward()
+            bare_opt.step()
+        dist.barrier()
+        ctx.beat()
+        if timed:
+            b_means.append((time.perf_counter() - t0) / job["block"])
+    slowest = torch.tensor(h_times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    per_block = slowest.view(job["blocks"], job["block"]).median(dim=1).values.tolist()
+    return {"harness_block_medians_s": per_block, "bare_block_means_s": b_means} if ctx.rank == 0 else {}

@@ -7,7 +7,9 @@
    directly comparable) and shared medium (one tbf for everything: the medium carries
    n x busbw, so that aggregate is what compares with the rate);
 3. the harness' DDP iteration time for small_cnn against a bare torch DDP loop doing the same
-   work (real/bare_ddp.py), alternated ``rounds`` times, medians compared (target: within 3 %).
+   work (real/bare_ddp.py), alternated ``rounds`` times, medians compared (target: within 3 %);
+   then both in the same two processes, alternating blocks of 5 steps, so that the load other
+   work puts on the machine drifts out of the comparison.
    Both start each rank in a session of its own: with the kernel's scheduler autogroups on
    (/proc/sys/kernel/sched_autogroup_enabled), a session is one CPU-share group, so ranks that
    share their parent's session get less CPU than the harness' ranks when other work loads the
@@ -64,6 +66,15 @@ def harness_ddp_time_s(model: str, batch: int, iterations: int, warmup: int) -> 
     return measure_point(spec, iterations=iterations, warmup=warmup, timeout_s=120)
 
 
+def interleaved(model: str, batch: int, blocks: int = 10, block: int = 5) -> dict:
+    from real.launch import launch
+
+    spec = {"workload": {"model": model, "batch_size": batch}, "cluster": {"gpus": 2, "gpu": "cpu"}}
+    job = {"kind": "interleaved", "spec": spec, "blocks": blocks, "block": block, "warmup_blocks": 1,
+           "backend": "gloo", "threads": 0}
+    return launch(job, 2, timeout_s=120, deadline_s=900)
+
+
 def run_benchmarks(out: str | None = None, rounds: int = 5, iterations: int = 20) -> int:
     from real.calibrate import device_microbench
     from real.netem import availability
@@ -114,6 +125,11 @@ def run_benchmarks(out: str | None = None, rounds: int = 5, iterations: int = 20
         f"bare {[round(x * 1e3, 1) for x in bare]} ms (bare means {[round(x * 1e3, 1) for x in bare_mean]} ms)")
     say(f"   CPU time per iteration (process, all threads): harness {hc * 1e3:.1f} ms vs bare {bc * 1e3:.1f} ms "
         f"({100 * (hc / bc - 1):+.1f} %)")
+    inter = interleaved("small_cnn", 32)
+    hi, bi = statistics.median(inter["harness_block_medians_s"]), statistics.median(inter["bare_block_means_s"])
+    report["ddp_small_cnn_interleaved"] = {**inter, "harness_median_s": hi, "bare_median_s": bi, "difference": hi / bi - 1}
+    say(f"   interleaved in the same 2 processes ({len(inter['bare_block_means_s'])} blocks of 5 steps each way): harness "
+        f"{hi * 1e3:.1f} ms vs bare {bi * 1e3:.1f} ms per iteration ({100 * (hi / bi - 1):+.1f} %, medians over blocks)")
     report["load_average_after"] = os.getloadavg()
     say(f"   load average before/after: {report['load_average_before']} / {report['load_average_after']} "
         f"on {os.cpu_count()} cores (other work shares this machine)")

@@ -150,6 +150,10 @@ def _dispatch(ctx: Context) -> dict[str, Any] | None:
         from real.profile_layers import run_layer_profile
 
         return run_layer_profile(ctx)
+    if kind == "interleaved":
+        from real.bare_ddp import run_interleaved
+
+        return run_interleaved(ctx)
     if kind == "grad_check":
         from real.strategies.hooks import run_grad_check
 
