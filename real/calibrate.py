@@ -2,7 +2,7 @@
 
 1. device: copy bandwidth, sgemm rate and a tiny op's latency (this process, all threads);
 2. per-layer forward/backward times of each CPU-sized workload alone and with k co-located
-   ranks (k processes running the same profile at once, threads = cores / k as the harness uses);
+   ranks (k processes running the same profile at once, the same threads per rank for every k);
 3. collective microbenchmarks per link setting (real/bench_comm.py) and their alpha-beta fits
    (real/fit.py), the allreduce fit becoming the catalog's link entry.
 """
@@ -54,10 +54,10 @@ def device_microbench(size_bytes: int = 64 * 2**20, repeats: int = 7) -> dict[st
 
 
 def profile_colocated(models: list[str], batches: dict[str, int], k: int, *, iterations: int, warmup: int,
-                      timeout_s: float) -> list[dict[str, Any]]:
+                      timeout_s: float, threads: int = 1) -> list[dict[str, Any]]:
     """Run the layer profile on k processes at once; per model, the mean over ranks."""
     job = {"kind": "layer_profile", "models": models, "batch_sizes": None, "iterations": iterations,
-           "warmup": warmup, "backend": "gloo", "threads": 0}
+           "warmup": warmup, "backend": "gloo", "threads": threads}
     out = []
     for model in models:
         job = {**job, "models": [model], "batch_sizes": [batches[model]]}
@@ -108,7 +108,7 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
               comm_ranks: tuple[int, ...] = (2,), links: tuple[str | None, ...] = (None,),
               collectives: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"),
               max_bytes: int = 64 * 2**20, iterations: int = 10, warmup: int = 2, timeout_s: float = 60,
-              progress=print) -> dict[str, Any]:
+              threads: int = 1, progress=print) -> dict[str, Any]:
     out = Path(out_dir)
     models = models or list(DEFAULT_BATCH)
     batches = {m: DEFAULT_BATCH.get(m, 16) for m in models}
@@ -117,7 +117,8 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
     profiles: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in models}
     for k in sorted(set(colocated) | {1}):
         progress(f"per-layer times with {k} co-located rank(s)")
-        for entry in profile_colocated(models, batches, k, iterations=iterations, warmup=warmup, timeout_s=timeout_s):
+        for entry in profile_colocated(models, batches, k, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
+                                       threads=threads):
             profiles[entry["model"]][k] = entry
     slowdown = {k: statistics.fmean(profiles[m][k]["iteration_wall_s"] / profiles[m][1]["iteration_wall_s"]
                                     for m in models) for k in sorted(profiles[models[0]])}
@@ -166,6 +167,10 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
         "measured": dev, "colocation_slowdown": slowdown,
         "slowdown_model": "per-rank time with k co-located ranks = alone x s(k); measured k as listed, linear "
                           "between them, s(k_max) x k / k_max beyond (processor sharing)",
+        "threads_per_rank": threads,
+        "threads_note": "every k measured with the same torch threads per rank, so s(k) is the sharing alone; "
+                        "the harness runs cores // ranks threads per rank (1 for 2+ ranks on 2 cores). Two "
+                        "threads on a loaded 2-core machine spin in OpenMP barriers (measured: 30x slower)",
         "workloads": workloads,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-bytes", type=int, default=64 * 2**20)
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank, the same for every k")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from real.launch import RunFailed
     from sim.errors import ConfigError, require_positive
 
-    for k in [*args.colocated, *args.ranks]:
+    for k in [*args.colocated, *args.ranks, args.threads]:
         require_positive("--colocated/--ranks", k, integer=True)
     if any(n < 2 for n in args.ranks):
         raise ConfigError("--ranks", args.ranks, "world sizes of at least 2")
@@ -46,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = calibrate(args.out, models=args.models, colocated=tuple(args.colocated), comm_ranks=tuple(args.ranks),
                             links=links, max_bytes=args.max_bytes, iterations=args.iterations, timeout_s=args.timeout,
+                            threads=args.threads,
                             progress=lambda msg: print(f"calibrate: {msg}", file=sys.stderr))
     except RunFailed as err:
         print(f"scalebench calibrate: run failed: {err}", file=sys.stderr)
