@@ -21,6 +21,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "plot": ("scalebench.commands.plot", "draw an experiment's plots (PNG and SVG) from results/<name>/"),
     "regress": ("scalebench.commands.regress", "check scaling efficiency against the committed baselines"),
     "report": ("scalebench.commands.report", "one self-contained HTML or markdown page of an experiment"),
+    "calibrate": ("scalebench.commands.calibrate", "measure this machine and write a calibration the simulator loads"),
+    "real": ("scalebench.commands.real", "run a scenario for real with torch.distributed (gloo/NCCL) and measure it"),
 }
 
 
@@ -30,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="scalebench", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(prog="scalebench", description="Simulate and measure how distributed deep-learning training scales.")
     parser.add_argument("--version", action="version", version=f"scalebench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
