@@ -1,0 +1,46 @@
+"""The harness takes its strategy from the scenario: one description feeds sim/ and real/."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from real.config import real_scenario  # noqa: E402
+from sim.errors import ConfigError  # noqa: E402
+
+
+def spec(strategy: dict, real: dict | None = None, gpus: int = 2) -> dict:
+    out = {"workload": {"model": "small_cnn", "batch_size": 8}, "cluster": {"gpus": gpus, "gpu": "cpu"}, "strategy": strategy}
+    if real is not None:
+        out["real"] = real
+    return out
+
+
+@pytest.mark.parametrize("strategy,expected", [
+    ({}, ("ddp", "none")),
+    ({"codec": "fp16"}, ("ddp", "fp16")),
+    ({"codec": "fp8_e4m3"}, ("ddp", "fp8_e4m3")),
+    ({"collective": "ps"}, ("ps_sync", "none")),
+    ({"collective": "ps", "ps_mode": "async"}, ("ps_async", "none")),
+    ({"kind": "pipeline", "pp": 2, "dp": 1, "micro_batches": 4, "schedule": "gpipe"}, ("pipeline", "none")),
+])
+def test_harness_options_follow_the_scenario_strategy(strategy, expected):
+    _, options = real_scenario(spec(strategy))
+    assert (options.strategy, options.compression) == expected
+
+
+def test_pipeline_takes_micro_batches_and_schedule_from_the_strategy():
+    _, options = real_scenario(spec({"kind": "pipeline", "pp": 2, "dp": 1, "micro_batches": 2, "schedule": "gpipe"}))
+    assert (options.microbatches, options.schedule) == (2, "gpipe")
+
+
+def test_a_contradicting_real_option_is_an_error():
+    with pytest.raises(ConfigError) as info:
+        real_scenario(spec({"codec": "fp16"}, {"compression": "int8"}))
+    assert str(info.value).startswith("real.compression:") and "fp16" in str(info.value)
+
+
+def test_real_options_still_choose_where_the_scenario_is_silent():
+    _, options = real_scenario(spec({}, {"compression": "bf16"}))
+    assert options.compression == "bf16"
