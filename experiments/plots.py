@@ -6,6 +6,8 @@
     compare_<axis>.* scaling efficiency along each swept non-GPU axis, at the largest common GPU count
     timeline.*       one iteration of one point: the compute and communication streams
 
+Multi-iteration experiments (``iterations:``) get experiments/plots_runs.py's plots instead.
+
 Measured rows (source=real) are drawn beside the simulated ones with hollow markers.
 """
 
@@ -274,6 +276,11 @@ def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> l
     df = store.read_csv()
     if df.empty:
         return []
+    from experiments.plots_runs import plot_run_results
+    from experiments.tables import is_run_table
+
+    if is_run_table(df):
+        return plot_run_results(df, meta, store.plots_dir)
     data = mean_over_repetitions(with_series(df, meta))
     name = meta["name"]
     out = store.plots_dir
