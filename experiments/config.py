@@ -51,6 +51,8 @@ section's other keys (strategy, compression, backend, threads, ...) are the harn
 options and travel to it inside the point's spec as its ``real:`` section."""
 REAL_DEFAULTS: dict[str, Any] = {"iterations": 20, "warmup": 3, "timeout_s": 60.0, "link": None, "topology": "shared"}
 CALIBRATION_KEYS = ("single_gpu_iteration_time_s", "single_gpu_samples_per_s", "batch_size", "source")
+MEMORY_FIELD = "memory per rank"
+"""The field of sim/memory.py's check_memory error."""
 SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog", "heterogeneity", "faults")
 
 
@@ -326,6 +328,8 @@ def _is_combination_error(err: ConfigError, axes: dict[str, list[Any]]) -> bool:
     for axis, values in axes.items():
         keys = [k for v in values for k in v if k != "label"] if axis == CASE_AXIS else [axis]
         touched |= {k.split(".")[0] for k in keys}
+    if err.field == MEMORY_FIELD:  # sim/memory.py: workload, cluster and strategy together decide it
+        return bool(touched & {"workload", "cluster", "strategy", "catalog"})
     return err.field.split(".")[0].split("[")[0] in touched
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.plots import MARKERS, _colors, _save, describe_fixed, plt
+from experiments.plots import MARKERS, _colors, _panel_legend, _save, describe_fixed, plt
 from experiments.tables import axis_title, with_none_labels
 
 
@@ -91,7 +91,7 @@ def plot_run_metric(df: pd.DataFrame, axes_order: list[str], name: str, stem: Pa
         ax.set_xlabel(f"{axis_title(x)} ({x})" if x else "point")
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    handles, labels = _panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.01))
     rows = math.ceil(len(labels) / 3)
     fig.suptitle(f"{title}\n{name}: {describe_fixed(df)}, {int(df['iterations'].iloc[0])} iterations per point",

@@ -23,11 +23,14 @@ def _plots(store: ResultDir) -> list[Path]:
     if not store.plots_dir.is_dir():
         return []
     order = ["speedup", "efficiency", "throughput", "breakdown"]
+    order[2:2] = sorted(p.stem for p in store.plots_dir.glob("efficiency_by_*.png"))
     pngs = sorted(store.plots_dir.glob("*.png"), key=lambda p: (order.index(p.stem) if p.stem in order else 9, p.stem))
     return pngs
 
 
 def _caption(stem: str) -> str:
+    if stem.startswith("efficiency_by_"):
+        return f"Scaling efficiency vs GPUs, one panel per value of {stem[len('efficiency_by_'):].replace('_', '.', 1)}."
     if stem.startswith("compare_"):
         return f"Scaling efficiency along the swept axis {stem[len('compare_'):].replace('_', '.', 1)}, at the largest GPU count."
     return PLOT_CAPTIONS.get(stem, stem)
