@@ -114,6 +114,24 @@ def _fp8_loses_from(df, link):
     return int(slower[0]) if slower else None
 
 
+def _crossovers(link: str) -> tuple[int | None, int | None]:
+    """sim.costs.codecs.crossover_ranks for ResNet-50's 25.6 M gradient elements as one tensor, one
+    V100 per node: the ranks from which fp8 by allgather is slower than fp16 / fp32 ring allreduce."""
+    from experiments.config import base_catalog
+    from sim.cluster import cluster_from_dict
+    from sim.codecs import CODECS
+    from sim.costs.codecs import crossover_ranks
+
+    catalog = base_catalog()
+
+    def cluster_of(n):
+        return cluster_from_dict({"gpus": n, "gpus_per_node": 1, "gpu": "v100", "inter_link": link}, catalog)
+
+    fp8 = (CODECS["fp8_e4m3"], "allgather")
+    return tuple(crossover_ranks(25.6e6, cluster_of, catalog.gpu("v100", "gpu"), slow=fp8, fast=(CODECS[c], "allreduce"),
+                                 ranks=range(2, 1025)) for c in ("fp16", "fp32"))
+
+
 def _compression(df):
     n = 64
     tcp = {c: _codec_eff(df, "tcp_10gbe", n, c) for c in ("fp32 (no compression)", "fp16 allreduce", FP8_AG,
@@ -125,6 +143,9 @@ def _compression(df):
             f"at 1,024 GPUs over IB HDR fp16 {ib_fp16:.0f} % vs fp8 by allgather {ib_fp8:.0f} %; fp8 by allgather is "
             f"slower than fp16 allreduce from {_fp8_loses_from(df, 'tcp_10gbe')} GPUs (10 GbE) and "
             f"{_fp8_loses_from(df, 'ib_hdr')} (IB HDR), the smallest size swept")
+    fp16_n, fp32_n = _crossovers("tcp_10gbe")
+    text += (f"; crossover_ranks (one 25.6 M-element tensor, one GPU per node, 10 GbE): fp8 by allgather is slower "
+             f"than fp16 allreduce from {fp16_n} ranks and than fp32 allreduce from {fp32_n}")
     return text, None
 
 
