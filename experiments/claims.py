@@ -98,6 +98,87 @@ def _ps_vs_ring(df):
             f"vs {100 * ring.scaling_efficiency:.0f} % (ring, IB EDR) at 128 GPUs"), 100 * ps.scaling_efficiency
 
 
+def _codec_eff(df, link, world, case):
+    return 100 * _row(df, world_size=world, inter_link=link, case=case).scaling_efficiency
+
+
+FP8_AG = "fp8 e4m3 allgather (as the harness)"
+
+
+def _fp8_loses_from(df, link):
+    """The smallest swept world size at which fp8-by-allgather is slower than fp16 allreduce."""
+    sim = df[(df["source"] == "sim") & (df["inter_link"] == link)]
+    fp8 = sim[sim["case"] == FP8_AG].set_index("world_size")["iteration_time_s"]
+    fp16 = sim[sim["case"] == "fp16 allreduce"].set_index("world_size")["iteration_time_s"]
+    slower = [n for n in sorted(fp8.index) if n in fp16.index and fp8[n] > fp16[n]]
+    return int(slower[0]) if slower else None
+
+
+def _crossovers(link: str) -> tuple[int | None, int | None]:
+    """sim.costs.codecs.crossover_ranks for ResNet-50's 25.6 M gradient elements as one tensor, one
+    V100 per node: the ranks from which fp8 by allgather is slower than fp16 / fp32 ring allreduce."""
+    from experiments.config import base_catalog
+    from sim.cluster import cluster_from_dict
+    from sim.codecs import CODECS
+    from sim.costs.codecs import crossover_ranks
+
+    catalog = base_catalog()
+
+    def cluster_of(n):
+        return cluster_from_dict({"gpus": n, "gpus_per_node": 1, "gpu": "v100", "inter_link": link}, catalog)
+
+    fp8 = (CODECS["fp8_e4m3"], "allgather")
+    return tuple(crossover_ranks(25.6e6, cluster_of, catalog.gpu("v100", "gpu"), slow=fp8, fast=(CODECS[c], "allreduce"),
+                                 ranks=range(2, 1025)) for c in ("fp16", "fp32"))
+
+
+def _compression(df):
+    n = 64
+    tcp = {c: _codec_eff(df, "tcp_10gbe", n, c) for c in ("fp32 (no compression)", "fp16 allreduce", FP8_AG,
+                                                         "fp8 e4m3 reduce-scatter + allgather")}
+    ib_fp8 = _codec_eff(df, "ib_hdr", 1024, FP8_AG)
+    ib_fp16 = _codec_eff(df, "ib_hdr", 1024, "fp16 allreduce")
+    text = (f"at {n} GPUs over 10 GbE: fp32 {tcp['fp32 (no compression)']:.0f} %, fp16/bf16 {tcp['fp16 allreduce']:.0f} %, "
+            f"fp8 by allgather {tcp[FP8_AG]:.0f} %, fp8 by reduce-scatter {tcp['fp8 e4m3 reduce-scatter + allgather']:.0f} %; "
+            f"at 1,024 GPUs over IB HDR fp16 {ib_fp16:.0f} % vs fp8 by allgather {ib_fp8:.0f} %; fp8 by allgather is "
+            f"slower than fp16 allreduce from {_fp8_loses_from(df, 'tcp_10gbe')} GPUs (10 GbE) and "
+            f"{_fp8_loses_from(df, 'ib_hdr')} (IB HDR), the smallest size swept")
+    fp16_n, fp32_n = _crossovers("tcp_10gbe")
+    text += (f"; crossover_ranks (one 25.6 M-element tensor, one GPU per node, 10 GbE): fp8 by allgather is slower "
+             f"than fp16 allreduce from {fp16_n} ranks and than fp32 allreduce from {fp32_n}")
+    return text, None
+
+
+def _model_parallel(df):
+    gpt = df[(df["source"] == "sim") & (df["model"] == "gpt2_xl")]
+    best = gpt[gpt["world_size"] == gpt["world_size"].max()].sort_values("throughput_samples_per_s").iloc[-1]
+    mlp = _row(df, world_size=gpt["world_size"].max(), model="mlp", case="data parallel")
+    return (f"GPT-2 XL: pure data parallelism needs 38 GiB per GPU (25 GiB with 8 micro-batches), so no 16 GB "
+            f"V100 runs it; best layout at {int(best.world_size)} GPUs: {best.case}, "
+            f"{100 * best.scaling_efficiency:.0f} % ({best.throughput_samples_per_s:.0f} sequences/s); "
+            f"the seeds' MLP: {100 * mlp.scaling_efficiency:.0f} % data parallel"), None
+
+
+def _sync_async(df):
+    def r(case, cv, slow, fail):
+        sel = df[(df["case"] == case) & (df["heterogeneity.jitter_cv"] == cv) & (df["heterogeneity.slow_factor"] == slow)]
+        sel = sel[sel["faults.fail_rank"].isna()] if fail is None else sel[sel["faults.fail_rank"] == fail]
+        if sel.empty:
+            raise KeyError(case)
+        return sel.select_dtypes("number").mean()
+
+    s0, a0 = r("synchronous PS", 0.0, 1.0, None), r("asynchronous PS", 0.0, 1.0, None)
+    s5, a5 = r("synchronous PS", 0.5, 1.0, None), r("asynchronous PS", 0.5, 1.0, None)
+    sl, al = r("synchronous PS", 0.0, 4.0, None), r("asynchronous PS", 0.0, 4.0, None)
+    sf, af = r("synchronous PS", 0.0, 1.0, 5), r("asynchronous PS", 0.0, 1.0, 5)
+    return (f"16 workers, samples/s sync vs async (async after the staleness penalty): no stragglers "
+            f"{s0.samples_per_s:.0f} vs {a0.samples_per_s:.0f} ({a0.effective_samples_per_s:.0f}); jitter CV 0.5 "
+            f"{s5.samples_per_s:.0f} vs {a5.samples_per_s:.0f} ({a5.effective_samples_per_s:.0f}); one node 4x slower "
+            f"{sl.samples_per_s:.0f} vs {al.samples_per_s:.0f}; a worker lost at 15 s: sync "
+            f"{sf.samples_per_s:.0f} ({sf.wall_time_s - s0.wall_time_s:.0f} s longer: restart + rollback) vs async "
+            f"{af.samples_per_s:.0f}"), None
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(claim="ChainerMN: ResNet-50 on 128 GPUs (32 nodes x 4 P100), InfiniBand FDR: about 85 % efficiency, 109x",
           source="ChainerMN benchmark (Preferred Networks, 2017), as quoted by the seed",
@@ -138,6 +219,31 @@ CLAIMS: tuple[Claim, ...] = (
                       "each shard's NIC carries n flows, so over 10 GbE it is far below the claim; over "
                       "InfiniBand the same PS lands near it. The ring moves 2(n-1)/n of the gradient per GPU "
                       "whatever n is."),
+    Claim(claim="Runtimes convert gradients to 32, 16 or 8 bits on the wire to cut communication",
+          source="the seeds",
+          experiment="compression", figure=_compression, seed_value=None, unit="pp",
+          explanation="16 bits halves the ring's bytes and pays wherever the network is the limit (10 GbE); on "
+                      "InfiniBand HDR ResNet-50 hides its gradients behind backward anyway. fp8 cannot be summed "
+                      "by the collectives, so it is allgathered: (n-1) x S/4 bytes per rank against fp16's "
+                      "2(n-1)/n x S/2, worse from n = 5 in bandwidth terms, and 8 GPUs per node already puts "
+                      "it past that. Reduce-scatter in fp32 then allgather fp8 shards scales like a ring but moves "
+                      "1.25x fp16's bytes."),
+    Claim(claim="Models too large for one GPU need model (pipeline or tensor) parallelism; data "
+                "parallelism alone does not fit them",
+          source="the seeds",
+          experiment="model_vs_data_parallel", figure=_model_parallel, seed_value=None, unit="pp",
+          explanation="The memory check counts mixed-precision Adam's 16 B per parameter (ZeRO's accounting) and "
+                      "the stored activations; layouts over 16 GB are left out with that reason (see the "
+                      "experiment's report). Efficiency is against one (hypothetical, unbounded-memory) GPU. The "
+                      "MLP's 609 parameters take microseconds to compute, so any distribution is latency."),
+    Claim(claim="Synchronous updates optimise better; asynchronous ones do not stall on slow or dead nodes",
+          source="the seeds",
+          experiment="sync_vs_async", figure=_sync_async, seed_value=None, unit="pp",
+          explanation="Without stragglers sync wins, and after the staleness penalty (a stale update counts "
+                      "1/staleness, Zhang et al. 2016; 16 workers make it ~15) by far. Jitter and a slow node cost "
+                      "sync the slowest worker's time every step, and a failure its restart and rollback; async "
+                      "keeps its raw rate. Whether that raw rate wins depends on the penalty: with 1/staleness it "
+                      "does not here."),
 )
 
 

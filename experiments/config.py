@@ -11,7 +11,13 @@ backend: sim            # sim | real | both
 repetitions: 1
 seed: 0
 max_points: 10000
+iterations: 200          # optional: each point is a multi-iteration run (sim.run.simulate_run)
 ```
+
+With ``iterations``, every simulated point runs ``simulate_run(scenario, iterations)``: stragglers
+(``heterogeneity:``), failures (``faults:``) and asynchronous parameter servers only exist over
+many iterations, and the row holds the run's metrics (samples/s, effective samples/s, staleness,
+lost work, restarts) instead of one iteration's.
 
 Everything is validated on load, before anything runs: an unknown key, a wrong type, an empty
 axis or more than ``max_points`` points is a one-line ``ConfigError`` naming the field.
@@ -37,7 +43,7 @@ CASE_AXIS = "case"
 """A sweep axis of named cases, each setting several fields together (not a cartesian product)."""
 EXPERIMENT_KEYS = (
     *SCENARIO_KEYS, "sweep", "backend", "repetitions", "seed", "max_points", "real", "calibration",
-    "tolerance",
+    "tolerance", "iterations",
 )
 REAL_CALL_KEYS = ("iterations", "warmup", "timeout_s", "link", "topology")
 """Keys of the ``real:`` section that are arguments of ``real.measure.measure_point``; the
@@ -45,7 +51,9 @@ section's other keys (strategy, compression, backend, threads, ...) are the harn
 options and travel to it inside the point's spec as its ``real:`` section."""
 REAL_DEFAULTS: dict[str, Any] = {"iterations": 20, "warmup": 3, "timeout_s": 60.0, "link": None, "topology": "shared"}
 CALIBRATION_KEYS = ("single_gpu_iteration_time_s", "single_gpu_samples_per_s", "batch_size", "source")
-SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog")
+MEMORY_FIELD = "memory per rank"
+"""The field of sim/memory.py's check_memory error."""
+SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog", "heterogeneity", "faults")
 
 
 @cache
@@ -92,6 +100,8 @@ class Experiment:
     """Regression tolerances (only read by ``scalebench regress``)."""
     raw: dict[str, Any] = field(default_factory=dict)
     """The config as written (saved beside the results)."""
+    iterations: int | None = None
+    """Set: every simulated point is a run of this many iterations (sim.run.simulate_run)."""
 
     @property
     def gpu_axis(self) -> str | None:
@@ -221,6 +231,7 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
         calibration=_calibration(raw.get("calibration")),
         tolerance=_tolerance(raw.get("tolerance")),
         raw=copy.deepcopy(raw),
+        iterations=_iterations(raw.get("iterations"), raw.get("backend", "sim")),
     )
     total = count_points(experiment)
     if total > experiment.max_points:
@@ -271,6 +282,15 @@ def _calibration(spec: Any) -> dict[str, Any] | None:
     return dict(spec)
 
 
+def _iterations(value: Any, backend: Any) -> int | None:
+    if value is None:
+        return None
+    iterations = require_positive("iterations", value, integer=True)
+    if backend != "sim":
+        raise ConfigError("iterations", iterations, "only with backend: sim (multi-iteration runs are simulated)")
+    return iterations
+
+
 def _tolerance(spec: Any) -> dict[str, float] | None:
     if spec is None:
         return None
@@ -308,6 +328,8 @@ def _is_combination_error(err: ConfigError, axes: dict[str, list[Any]]) -> bool:
     for axis, values in axes.items():
         keys = [k for v in values for k in v if k != "label"] if axis == CASE_AXIS else [axis]
         touched |= {k.split(".")[0] for k in keys}
+    if err.field == MEMORY_FIELD:  # sim/memory.py: workload, cluster and strategy together decide it
+        return bool(touched & {"workload", "cluster", "strategy", "catalog"})
     return err.field.split(".")[0].split("[")[0] in touched
 
 

@@ -2,9 +2,13 @@
 
     speedup.*        speedup vs GPUs, ideal and 75 % lines, efficiency at the largest size
     efficiency.*     scaling efficiency vs GPUs, with the 75 % ("4 machines doing the work of 3") line
+    efficiency_by_<axis>.*  the same, one panel per value of the swept axis with fewest values
+                     (with two or more swept axes besides the GPU count)
     breakdown.*      per-iteration time stacked: compute, exposed communication (and any other parts)
     compare_<axis>.* scaling efficiency along each swept non-GPU axis, at the largest common GPU count
     timeline.*       one iteration of one point: the compute and communication streams
+
+Multi-iteration experiments (``iterations:``) get experiments/plots_runs.py's plots instead.
 
 Measured rows (source=real) are drawn beside the simulated ones with hollow markers.
 """
@@ -33,7 +37,7 @@ TARGET_EFFICIENCY = 0.75
 BREAKDOWN_PARTS = (
     ("compute_time_s", "compute (forward + backward + optimizer)", "#4c72b0"),
     ("exposed_comm_time_s", "exposed communication", "#dd5555"),
-    ("pipeline_bubble_time_s", "pipeline bubble", "#999999"),
+    ("bubble_time_s", "pipeline bubble", "#999999"),
     ("codec_time_s", "compression codec", "#8172b3"),
 )
 DESCRIBE_COLUMNS = (
@@ -155,12 +159,61 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     return _save(fig, stem)
 
 
+def _panel_legend(axes) -> tuple[list[Any], list[str]]:
+    """Every panel's legend entries once each (a line may be missing from some panels)."""
+    seen: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    return list(seen.values()), list(seen)
+
+
+def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem: Path) -> list[Path]:
+    """Scaling efficiency vs GPUs, one panel per value of ``panel_axis`` (e.g. the network), one
+    line per combination of the other swept axes, the same colour in every panel."""
+    sim = data[data["source"] == "sim"]
+    panels = list(dict.fromkeys(sim[panel_axis].astype(str)))
+    sim = sim.assign(line=[s.replace(f", {p}", "").replace(f"{p}, ", "") if s != p else s
+                           for s, p in zip(sim["series"], sim[panel_axis].astype(str), strict=True)])
+    lines = list(dict.fromkeys(sim["line"]))[:MAX_SERIES]
+    colors = dict(zip(lines, _colors(len(lines)), strict=False))
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False, sharey=True)
+    gpus = sorted(sim[GPU_COLUMN].unique())
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        part = sim[sim[panel_axis].astype(str) == panel]
+        ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
+        ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2, label="75 % target")
+        for i, line in enumerate(lines):
+            sel = part[part["line"] == line].sort_values(GPU_COLUMN)
+            if not sel.empty:
+                ax.plot(sel[GPU_COLUMN], 100 * sel["scaling_efficiency"], color=colors[line],
+                        marker=MARKERS[i % len(MARKERS)], markersize=4, label=line)
+        _gpu_axis(ax, gpus)
+        ax.set_ylim(0, 105)
+        ax.set_title(f"{axis_title(panel_axis)} = {panel}", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("scaling efficiency T1 / TN (%)")
+    handles, labels = _panel_legend(axes)
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.01))
+    fig.suptitle(f"Scaling efficiency vs GPUs by {axis_title(panel_axis)} (weak scaling, simulated)\n"
+                 f"{name}: {describe_fixed(sim)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.03 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
+    return _save(fig, stem)
+
+
 def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     sim, note = _limit_series(data[data["source"] == "sim"])
     series = list(dict.fromkeys(sim["series"]))
     cols = min(3, len(series))
     rows = math.ceil(len(series) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=True)
+    tops = sim.groupby("series")["iteration_time_s"].max()
+    shared = bool(len(tops)) and tops.max() <= 10 * tops.min()  # a shared scale only if no panel would be flat
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=shared)
     parts = [(c, label, color) for c, label, color in BREAKDOWN_PARTS if c in sim.columns]
     for ax, s in zip(axes.flat, series, strict=False):
         part = sim[sim["series"] == s].sort_values(GPU_COLUMN)
@@ -182,9 +235,10 @@ def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("time per iteration (ms)")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    handles, labels = _panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, -0.02))
-    fig.suptitle(f"Where one iteration's time goes (simulated){note}\n{name}: {describe_fixed(sim)}", fontsize=10)
+    scale = "" if shared else " (each panel its own time scale)"
+    fig.suptitle(f"Where one iteration's time goes (simulated){scale}{note}\n{name}: {describe_fixed(sim)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return _save(fig, stem)
 
@@ -274,6 +328,11 @@ def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> l
     df = store.read_csv()
     if df.empty:
         return []
+    from experiments.plots_runs import plot_run_results
+    from experiments.tables import is_run_table
+
+    if is_run_table(df):
+        return plot_run_results(df, meta, store.plots_dir)
     data = mean_over_repetitions(with_series(df, meta))
     name = meta["name"]
     out = store.plots_dir
@@ -284,6 +343,10 @@ def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> l
     if (data["source"] == "sim").any():
         written += plot_breakdown(data, name, out / "breakdown")
         series_axes = [a for a in meta.get("series_axes", []) if a in data.columns]
+        if len(series_axes) >= 2 and data[GPU_COLUMN].nunique() > 1:
+            panel_axis = min(series_axes, key=lambda a: data[a].nunique())
+            written += plot_efficiency_panels(data, panel_axis, name,
+                                              out / f"efficiency_by_{panel_axis.replace('.', '_')}")
         for axis in series_axes:
             if data[axis].nunique() > 1:
                 written += plot_compare(data, axis, series_axes, name, out / f"compare_{axis.replace('.', '_')}")

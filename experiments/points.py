@@ -23,6 +23,8 @@ POINT_ID_CHARS = 16
 def point_id(point: Point, experiment: Experiment) -> str:
     """Stable hash of everything that determines the point's result (not its axis labels)."""
     key = {"spec": point.spec, "source": point.source, "calibration": experiment.calibration}
+    if experiment.iterations is not None and point.source == "sim":
+        key["iterations"] = experiment.iterations
     if point.source == "real":
         key["real"] = experiment.real
     text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
@@ -44,11 +46,49 @@ def simulate_spec(spec: dict[str, Any], calibration: dict[str, Any] | None):
 
 
 def run_sim_payload(payload: dict[str, Any]) -> dict[str, Any]:
-    """Worker entry: ``{spec, calibration}`` -> the config and metric columns of one row."""
+    """Worker entry: ``{spec, calibration[, iterations]}`` -> the config and metric columns of one
+    row: one iteration's (``simulate``), or with ``iterations`` a run's (``simulate_run``)."""
     from sim.config import scenario_columns
 
+    if payload.get("iterations"):
+        return run_columns(payload["spec"], payload["calibration"], payload["iterations"])
     scenario, result = simulate_spec(payload["spec"], payload["calibration"])
     return {**scenario_columns(scenario), **result.metrics()}
+
+
+def staleness_quantile(histogram: tuple[int, ...], q: float) -> float:
+    """The ``q`` quantile (lower) of applied updates' staleness, from its histogram (0 if empty)."""
+    total = sum(histogram)
+    if not total:
+        return 0.0
+    seen = 0
+    for staleness, count in enumerate(histogram):
+        seen += count
+        if seen >= q * total:
+            return float(staleness)
+    return float(len(histogram) - 1)
+
+
+def run_columns(spec: dict[str, Any], calibration: dict[str, Any] | None, iterations: int) -> dict[str, Any]:
+    """A multi-iteration run's row: config columns, the heterogeneity and fault settings, and
+    RunResult's metrics with staleness quantiles and the mean time per iteration."""
+    from experiments.calibrate import calibrated_scenario
+    from sim.config import scenario_columns
+    from sim.run import simulate_run
+
+    scenario = calibrated_scenario(spec, calibration, base_catalog())
+    result = simulate_run(scenario, iterations)
+    het, faults = scenario.heterogeneity, scenario.faults
+    return {
+        **scenario_columns(scenario),
+        "jitter_cv": het.jitter_cv, "slow_nodes": het.slow_nodes, "slow_factor": het.slow_factor,
+        "fail_rank": -1 if faults.fail_rank is None else faults.fail_rank,
+        **result.metrics(),
+        "world_size": scenario.cluster.world_size,
+        "time_per_iteration_s": result.wall_time_s / iterations,
+        "staleness_p50": staleness_quantile(result.staleness_histogram, 0.5),
+        "staleness_p95": staleness_quantile(result.staleness_histogram, 0.95),
+    }
 
 
 def run_sim_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:

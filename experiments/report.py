@@ -14,18 +14,23 @@ PLOT_CAPTIONS = {
     "efficiency": "Scaling efficiency T1 / TN; the dotted line is the 75 % target (4 machines doing the work of 3).",
     "breakdown": "Where one iteration's time goes: compute and the communication that backward did not hide.",
     "timeline": "One iteration of one point: the compute stream and the gradient-bucket allreduces.",
+    "throughput": "Samples/s over a multi-iteration run (solid) and after the staleness penalty (dashed).",
+    "staleness": "Staleness of the asynchronous updates: mean and 95th percentile.",
 }
 
 
 def _plots(store: ResultDir) -> list[Path]:
     if not store.plots_dir.is_dir():
         return []
-    order = ["speedup", "efficiency", "breakdown"]
+    order = ["speedup", "efficiency", "throughput", "breakdown"]
+    order[2:2] = sorted(p.stem for p in store.plots_dir.glob("efficiency_by_*.png"))
     pngs = sorted(store.plots_dir.glob("*.png"), key=lambda p: (order.index(p.stem) if p.stem in order else 9, p.stem))
     return pngs
 
 
 def _caption(stem: str) -> str:
+    if stem.startswith("efficiency_by_"):
+        return f"Scaling efficiency vs GPUs, one panel per value of {stem[len('efficiency_by_'):].replace('_', '.', 1)}."
     if stem.startswith("compare_"):
         return f"Scaling efficiency along the swept axis {stem[len('compare_'):].replace('_', '.', 1)}, at the largest GPU count."
     return PLOT_CAPTIONS.get(stem, stem)
@@ -37,15 +42,24 @@ def _provenance(df) -> str:
     return f"{len(df)} rows; scalebench {versions}; git revision {revisions}"
 
 
+def _summary_rows(df, meta) -> list[dict]:
+    from experiments.tables import is_run_table, run_summary_rows
+
+    return run_summary_rows(df, meta) if is_run_table(df) else summary_rows(df, meta)
+
+
 def render_markdown(result_dir: str | Path) -> str:
+    from experiments.tables import is_run_table
+
     store = ResultDir(result_dir)
     meta, df = store.meta(), store.read_csv()
     config = (store.path / "experiment.yaml").read_text(encoding="utf-8")
     parts = [f"# {meta['name']}\n", f"{_provenance(df)}.\n", "## Config\n", f"```yaml\n{config}```\n"]
-    parts += ["## Scaling efficiency\n", f"```\n{efficiency_table(df, meta)}\n```\n"]
+    if not is_run_table(df):
+        parts += ["## Scaling efficiency\n", f"```\n{efficiency_table(df, meta)}\n```\n"]
     for png in _plots(store):
         parts.append(f"![{_caption(png.stem)}](plots/{png.name})\n\n*{_caption(png.stem)}*\n")
-    parts += ["## All points (mean over repetitions)\n", markdown_table(summary_rows(df, meta))]
+    parts += ["## All points (mean over repetitions)\n", markdown_table(_summary_rows(df, meta))]
     if meta.get("skipped"):
         parts.append("\n## Invalid combinations left out\n")
         parts += [f"- {s['axes']}: {s['reason']}\n" for s in meta["skipped"]]
@@ -57,13 +71,16 @@ def render_html(result_dir: str | Path) -> str:
     meta, df = store.meta(), store.read_csv()
     config = (store.path / "experiment.yaml").read_text(encoding="utf-8")
     esc = html.escape
-    body = [f"<h1>{esc(meta['name'])}</h1>", f"<p>{esc(_provenance(df))}.</p>",
-            "<h2>Scaling efficiency</h2>", f"<pre>{esc(efficiency_table(df, meta))}</pre>"]
+    from experiments.tables import is_run_table
+
+    body = [f"<h1>{esc(meta['name'])}</h1>", f"<p>{esc(_provenance(df))}.</p>"]
+    if not is_run_table(df):
+        body += ["<h2>Scaling efficiency</h2>", f"<pre>{esc(efficiency_table(df, meta))}</pre>"]
     for png in _plots(store):
         data = base64.b64encode(png.read_bytes()).decode("ascii")
         body.append(f'<figure><img alt="{esc(_caption(png.stem))}" src="data:image/png;base64,{data}">'
                     f"<figcaption>{esc(_caption(png.stem))}</figcaption></figure>")
-    rows = summary_rows(df, meta)
+    rows = _summary_rows(df, meta)
     if rows:
         head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
         cells = "".join("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in r.values()) + "</tr>" for r in rows)

@@ -162,7 +162,8 @@ def run_experiment(
 
 def _run_sim(pids: list[str], by_id: dict[str, Point], experiment: Experiment, jobs: int, executor: str,
              address: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    payloads = [{"point_id": pid, "spec": by_id[pid].spec, "calibration": experiment.calibration} for pid in pids]
+    payloads = [{"point_id": pid, "spec": by_id[pid].spec, "calibration": experiment.calibration,
+                 "iterations": experiment.iterations} for pid in pids]
     if not payloads:
         return
     if jobs == 1 and executor == "process":

@@ -12,7 +12,8 @@ import argparse
 from importlib import resources
 from pathlib import Path
 
-SHIPPED = ("quickstart", "tcp_vs_infiniband", "chainermn_128", "ps_vs_allreduce", "inception_sync")
+SHIPPED = ("quickstart", "tcp_vs_infiniband", "chainermn_128", "ps_vs_allreduce", "inception_sync", "compression",
+           "model_vs_data_parallel", "sync_vs_async")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,23 @@ from typing import Any
 import pandas as pd
 
 GPU_COLUMN = "world_size"
+RUN_COLUMN = "effective_samples_per_s"
+"""A results table with this column holds multi-iteration runs (experiment ``iterations:``)."""
+
+
+def is_run_table(df: pd.DataFrame) -> bool:
+    return RUN_COLUMN in df.columns
+
+
+def with_none_labels(df: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Axis columns with empty cells (an axis value of null) read 'none', so they group and label
+    (and their whole numbers, which the empty cells made floats, read as integers again)."""
+    df = df.copy()
+    for axis in axes:
+        if axis in df.columns and df[axis].isna().any():
+            df[axis] = [("none" if pd.isna(v) else int(v) if isinstance(v, float) and v.is_integer() else v)
+                        for v in df[axis]]
+    return df
 
 
 def axis_title(axis: str) -> str:
@@ -35,7 +52,10 @@ def mean_over_repetitions(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def efficiency_table(df: pd.DataFrame, meta: dict[str, Any], source: str = "sim", max_series: int = 12) -> str:
-    """Scaling efficiency (%) by GPU count (rows) and series (columns), as plain text."""
+    """Scaling efficiency (%) by GPU count (rows) and series (columns), as plain text
+    (for a multi-iteration experiment: its runs' throughput and staleness table)."""
+    if is_run_table(df):
+        return markdown_table(run_summary_rows(df, meta))
     data = mean_over_repetitions(with_series(df, meta))
     data = data[data["source"] == source]
     if data.empty:
@@ -73,5 +93,25 @@ def summary_rows(df: pd.DataFrame, meta: dict[str, Any]) -> list[dict[str, Any]]
             "speedup (x)": f"{r['speedup']:.1f}",
             "efficiency (%)": f"{100 * r['scaling_efficiency']:.1f}",
             "exposed comm. (% of iteration)": f"{100 * r.get('exposed_comm_time_s', float('nan')) / r['iteration_time_s']:.1f}",
+        })
+    return rows
+
+
+def run_summary_rows(df: pd.DataFrame, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    axes = [a for a in meta.get("axes", []) if a in df.columns]
+    df = with_none_labels(df, axes)
+    numeric = [c for c in df.select_dtypes("number").columns if c not in axes and c != "repetition"]
+    data = df[df["source"] == "sim"].groupby(axes, sort=False, dropna=False, as_index=False)[numeric].mean()
+    rows = []
+    for _, r in data.iterrows():
+        rows.append({
+            **{axis_title(a): r[a] for a in axes},
+            "GPUs": int(r["world_size"]),
+            "samples/s": f"{r['samples_per_s']:,.0f}",
+            "effective samples/s": f"{r['effective_samples_per_s']:,.0f}",
+            "staleness mean / p95": f"{r['staleness_mean']:.1f} / {r['staleness_p95']:.0f}",
+            "wall (s)": f"{r['wall_time_s']:.1f}",
+            "lost work (s)": f"{r['lost_work_s']:.1f}",
+            "restarts": int(r["restarts"]),
         })
     return rows

@@ -142,3 +142,18 @@ def test_bounded_staleness_survives_a_failure():
     """A failed worker stops holding the others back: the run still finishes."""
     result = run(n=4, iterations=20, max_staleness=1, faults={"fail_rank": 2, "fail_at_s": 0.35})
     assert result.updates >= 3 * 19 and result.lost_samples == 32
+
+
+def test_a_worker_that_dies_while_held_back_by_the_staleness_bound_loses_no_negative_work():
+    """A worker waiting (for the bound or its push) when it dies had no compute in flight: its lost
+    work is in [0, its longest step], never negative (the last step began before the deadline)."""
+    from sim.config import scenario_from_dict
+    from sim.run import simulate_run
+
+    spec = {"workload": {"model": "resnet50", "batch_size": 32},
+            "cluster": {"gpus": 16, "gpus_per_node": 1, "gpu": "v100", "inter_link": "ib_edr"},
+            "strategy": {"collective": "ps", "ps_servers": 4, "ps_mode": "async", "max_staleness": 4},
+            "heterogeneity": {"jitter_cv": 0.8, "slow_nodes": 1, "slow_factor": 4.0}}
+    for fail_at_s in (2.0, 3.3, 5.0, 7.7, 15.0):
+        run = simulate_run(scenario_from_dict({**spec, "faults": {"fail_rank": 5, "fail_at_s": fail_at_s}}), 200)
+        assert 0.0 <= run.lost_work_s < 2.0, (fail_at_s, run.lost_work_s)

@@ -167,7 +167,8 @@ def run_async_ps(plan: AsyncPlan) -> AsyncRun:
             yield timeout(pull(begun, node) - begun + compute_s)
             pushed = env.now
             if pushed >= deadline:
-                lost[0] = deadline - begun
+                # a worker that was waiting (for its push or the staleness bound) when it died lost no compute
+                lost[0] = max(0.0, deadline - begun)
                 events[0] += 1 + 2 * done[w]
                 if bound is not None:
                     bound.left(done[w])
