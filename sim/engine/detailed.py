@@ -22,6 +22,7 @@ from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync, uses_collective
 from sim.engine.flows import ClusterNetwork
 from sim.engine.plan import IterationPlan, build_plan
+from sim.engine.streams import RankStreams
 from sim.errors import ConfigError
 from sim.result import BucketRecord, IterationResult, Span
 
@@ -31,27 +32,19 @@ TRACED_RANKS = 8
 """Ranks whose compute and comm spans are recorded: traces of big clusters stay readable."""
 
 
-class _Rank:
+class _Rank(RankStreams):
     """One rank's compute stream and communication stream (the fast path's, per rank)."""
 
     def __init__(self, env: simpy.Environment, rank: int, plan: IterationPlan, sync: GradientSync,
                  members: list[int], log: list[tuple[float, str]]):
-        self.env = env
+        super().__init__(env, plan, log)
         self.rank = rank
-        self.plan = plan
         self.sync = sync
         self.members = members
         self.traced = rank < TRACED_RANKS
-        self.log = log
-        self.spans: list[Span] = []
-        self.ready: simpy.Store = simpy.Store(env)
-        self.ready_at: dict[int, float] = {}
         self.comm_window: dict[int, tuple[float, float]] = {}
         self.comm_busy_s = 0.0
-        self.comm_done = env.event()
-        self.end_s = 0.0
-        env.process(self.communicate())
-        self.done = env.process(self.compute())
+        self.start()
 
     def _span(self, lane: str, name: str, start: float) -> None:
         if self.traced:
@@ -61,33 +54,6 @@ class _Rank:
 
     def _comm_span(self, name: str, start: float) -> None:
         self._span("comm", name, start)
-
-    def compute(self):
-        env, plan = self.env, self.plan
-        for name, t in zip(plan.layer_names, plan.fwd_s, strict=True):
-            start = env.now
-            yield env.timeout(t)
-            self._span("compute", f"fwd {name}", start)
-        bucket_of = {b.layers[-1]: b for b in plan.buckets}
-        deferred = []
-        for i in range(len(plan.layer_names) - 1, -1, -1):
-            start = env.now
-            yield env.timeout(plan.bwd_s[i])
-            self._span("compute", f"bwd {plan.layer_names[i]}", start)
-            if i in bucket_of:
-                bucket = bucket_of[i]
-                self.ready_at[bucket.index] = env.now
-                if plan.overlap:
-                    yield self.ready.put(bucket)
-                else:
-                    deferred.append(bucket)
-        for bucket in deferred:
-            yield self.ready.put(bucket)
-        yield self.comm_done
-        start = env.now
-        yield env.timeout(plan.optimizer_s)
-        self._span("compute", "optimizer step", start)
-        self.end_s = env.now
 
     def communicate(self):
         env = self.env

@@ -12,55 +12,19 @@ from __future__ import annotations
 import simpy
 
 from sim.engine.plan import IterationPlan
+from sim.engine.streams import RankStreams
 from sim.result import BucketRecord, IterationResult, Span
 
 
-class _Iteration:
+class _Iteration(RankStreams):
     def __init__(self, env: simpy.Environment, plan: IterationPlan, log: list[tuple[float, str]]):
-        self.env = env
-        self.plan = plan
-        self.log = log
-        self.ready: simpy.Store = simpy.Store(env)
-        self.spans: list[Span] = []
+        super().__init__(env, plan, log)
         self.bucket_records: list[BucketRecord] = []
-        self.ready_at: dict[int, float] = {}
-        self.comm_done = env.event()
-        self.backward_end_s = 0.0
-        self.forward_end_s = 0.0
-        self.comm = env.process(self.communicate())
-        self.done = env.process(self.compute())
+        self.start()
 
     def _span(self, lane: str, name: str, start: float) -> None:
         self.spans.append(Span(lane, name, start, self.env.now))
         self.log.append((self.env.now, f"{lane}:{name}"))
-
-    def compute(self):
-        env, plan = self.env, self.plan
-        for name, t in zip(plan.layer_names, plan.fwd_s, strict=True):
-            start = env.now
-            yield env.timeout(t)
-            self._span("compute", f"fwd {name}", start)
-        self.forward_end_s = env.now
-        bucket_of = {b.layers[-1]: b for b in plan.buckets}
-        deferred = []
-        for i in range(len(plan.layer_names) - 1, -1, -1):
-            start = env.now
-            yield env.timeout(plan.bwd_s[i])
-            self._span("compute", f"bwd {plan.layer_names[i]}", start)
-            if i in bucket_of:
-                bucket = bucket_of[i]
-                self.ready_at[bucket.index] = env.now
-                if plan.overlap:
-                    yield self.ready.put(bucket)
-                else:
-                    deferred.append(bucket)
-        self.backward_end_s = env.now
-        for bucket in deferred:
-            yield self.ready.put(bucket)
-        yield self.comm_done
-        start = env.now
-        yield env.timeout(plan.optimizer_s)
-        self._span("compute", "optimizer step", start)
 
     def communicate(self):
         env, plan = self.env, self.plan

@@ -1,0 +1,63 @@
+"""A rank's compute stream, shared by the fast path (one rank for all) and the detailed mode.
+
+The compute stream runs forward, then backward layer by layer in reverse, handing each
+gradient bucket to the rank's communication stream (``ready``) when its last gradient exists
+(or all of them after backward, without overlap); the optimizer step waits for ``comm_done``.
+Subclasses provide ``communicate()`` (how a bucket is reduced) and ``_span()`` (what is logged).
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.engine.plan import IterationPlan
+from sim.result import Span
+
+
+class RankStreams:
+    def __init__(self, env: simpy.Environment, plan: IterationPlan, log: list[tuple[float, str]]):
+        self.env = env
+        self.plan = plan
+        self.log = log
+        self.spans: list[Span] = []
+        self.ready: simpy.Store = simpy.Store(env)
+        self.ready_at: dict[int, float] = {}
+        self.comm_done = env.event()
+        self.end_s = 0.0
+
+    def start(self) -> None:
+        self.env.process(self.communicate())
+        self.done = self.env.process(self.compute())
+
+    def _span(self, lane: str, name: str, start: float) -> None:
+        raise NotImplementedError
+
+    def communicate(self):
+        raise NotImplementedError
+
+    def compute(self):
+        env, plan = self.env, self.plan
+        for name, t in zip(plan.layer_names, plan.fwd_s, strict=True):
+            start = env.now
+            yield env.timeout(t)
+            self._span("compute", f"fwd {name}", start)
+        bucket_of = {b.layers[-1]: b for b in plan.buckets}
+        deferred = []
+        for i in range(len(plan.layer_names) - 1, -1, -1):
+            start = env.now
+            yield env.timeout(plan.bwd_s[i])
+            self._span("compute", f"bwd {plan.layer_names[i]}", start)
+            if i in bucket_of:
+                bucket = bucket_of[i]
+                self.ready_at[bucket.index] = env.now
+                if plan.overlap:
+                    yield self.ready.put(bucket)
+                else:
+                    deferred.append(bucket)
+        for bucket in deferred:
+            yield self.ready.put(bucket)
+        yield self.comm_done
+        start = env.now
+        yield env.timeout(plan.optimizer_s)
+        self._span("compute", "optimizer step", start)
+        self.end_s = env.now
