@@ -17,6 +17,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "simulate": ("scalebench.commands.simulate", "simulate one training iteration and print its breakdown"),
     "bench": ("scalebench.commands.bench", "time the simulator itself at 64 to 16,384 GPUs"),
+    "calibrate": ("scalebench.commands.calibrate", "measure this machine and write a calibration the simulator loads"),
+    "real": ("scalebench.commands.real", "run a scenario for real with torch.distributed (gloo/NCCL) and measure it"),
 }
 
 

@@ -1,0 +1,167 @@
+"""Collective microbenchmarks in the nccl-tests manner.
+
+Per collective and size (bytes, geometric 1 KiB to ``max_bytes``): the result is checked
+before timing (``wrong`` counts bad elements, as nccl-tests' #wrong), warm-up is excluded,
+each timed repetition starts after a barrier and counts as its slowest rank, the median is
+reported with its IQR. Sizes follow nccl-tests: allreduce and broadcast the buffer, allgather
+the gathered output, reduce-scatter the input, sendrecv what each rank sends.
+  algbw = size / time;  busbw = algbw x factor, factor = 2(n-1)/n (allreduce),
+  (n-1)/n (allgather, reduce_scatter), 1 (broadcast, sendrecv)  (nccl-tests doc/PERFORMANCE.md)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv")
+KIB = 1024
+
+
+def busbw_factor(collective: str, n: int) -> float:
+    if collective == "allreduce":
+        return 2 * (n - 1) / n
+    if collective in ("allgather", "reduce_scatter"):
+        return (n - 1) / n
+    return 1.0
+
+
+def sizes_bytes(min_bytes: int = KIB, max_bytes: int = 256 * KIB * KIB, factor: int = 4) -> list[int]:
+    sizes, s = [], min_bytes
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def _op(name: str, n: int, rank: int, size: int):
+    """(run, check) closures for one collective on ``size`` bytes of fp32; check returns #wrong."""
+    import torch
+    import torch.distributed as dist
+
+    count = max(n, size // 4 // n * n)  # divisible by n for the sharded collectives
+    if name == "allreduce":
+        buf = torch.empty(count)
+
+        def fill():
+            buf.fill_(rank + 1)
+
+        return fill, lambda: dist.all_reduce(buf), lambda: int((buf != n * (n + 1) / 2).sum())
+    if name == "allgather":
+        shard, out = torch.empty(count // n), torch.empty(count)
+
+        def fill():
+            shard.fill_(rank + 1)
+
+        expect = torch.arange(1, n + 1, dtype=torch.float32).repeat_interleave(count // n)
+        return fill, lambda: dist.all_gather_into_tensor(out, shard), lambda: int((out != expect).sum())
+    if name == "reduce_scatter":
+        inp, out = torch.empty(count), torch.empty(count // n)
+
+        def fill():
+            inp.fill_(rank + 1)
+
+        return fill, lambda: dist.reduce_scatter_tensor(out, inp), lambda: int((out != n * (n + 1) / 2).sum())
+    if name == "broadcast":
+        buf = torch.empty(count)
+
+        def fill():
+            buf.fill_(7.0 if rank == 0 else 0.0)
+
+        return fill, lambda: dist.broadcast(buf, src=0), lambda: int((buf != 7.0).sum())
+    if name == "sendrecv":  # a ring: send to the next rank, receive from the previous
+        send, recv = torch.empty(count), torch.empty(count)
+
+        def fill():
+            send.fill_(rank + 1)
+
+        def run():
+            ops = [dist.P2POp(dist.isend, send, (rank + 1) % n), dist.P2POp(dist.irecv, recv, (rank - 1) % n)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+
+        return fill, run, lambda: int((recv != (rank - 1) % n + 1).sum())
+    raise ValueError(name)
+
+
+def run_comm_bench(ctx) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from real.results import median_iqr
+
+    job = ctx.job
+    n, rank = ctx.world, ctx.rank
+    rows = []
+    for name in job["collectives"]:
+        for size in sizes_bytes(job.get("min_bytes", KIB), job["max_bytes"]):
+            try:
+                fill, run, check = _op(name, n, rank, size)
+                fill()
+                run()
+            except RuntimeError as err:  # the backend lacks this collective
+                rows.append({"collective": name, "size_bytes": size, "error": str(err).splitlines()[0]})
+                dist.barrier()
+                break
+            wrong = torch.tensor([check()], dtype=torch.float64)
+            reps = job["iterations"] if size <= 4 * KIB * KIB else max(3, job["iterations"] // 4)
+            times = []
+            for i in range(job["warmup"] + reps):
+                dist.barrier()
+                t0 = time.perf_counter()
+                run()
+                elapsed = time.perf_counter() - t0
+                ctx.beat()
+                if i >= job["warmup"]:
+                    times.append(elapsed)
+            slowest = torch.tensor(times, dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+            dist.all_reduce(wrong)
+            t, iqr = median_iqr(slowest.tolist())
+            algbw = size / t
+            rows.append({"collective": name, "size_bytes": size, "dtype": "fp32", "time_s": t, "time_iqr_s": iqr,
+                         "algbw_GBps": algbw / 1e9, "busbw_GBps": algbw * busbw_factor(name, n) / 1e9,
+                         "wrong": int(wrong.item()), "repetitions": reps, "world_size": n})
+    return {"rows": rows}
+
+
+def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 64 * KIB * KIB,
+                        min_bytes: int = KIB, backend: str = "gloo", iterations: int = 20, warmup: int = 3,
+                        timeout_s: float = 60, link: str | None = None, topology: str = "shared") -> list[dict]:
+    from real.launch import launch
+    from real.results import environment_columns
+    from sim.errors import ConfigError, require_positive
+
+    require_positive("--nproc", nproc, integer=True)
+    if nproc < 2:
+        raise ConfigError("--nproc", nproc, "at least 2 ranks for a collective benchmark")
+    for name in collectives:
+        if name not in COLLECTIVES:
+            raise ConfigError("--collectives", name, COLLECTIVES)
+    require_positive("--max-bytes", max_bytes, integer=True)
+    job = {"kind": "comm", "collectives": list(collectives), "max_bytes": max_bytes, "min_bytes": min_bytes,
+           "iterations": iterations, "warmup": warmup, "backend": backend, "link": link, "topology": topology}
+    deadline_s = timeout_s * 3 + 60 + len(collectives) * 60
+    if link:
+        from real.netem import Namespace
+
+        with Namespace(link, topology) as ns:
+            raw = launch(job, nproc, timeout_s=timeout_s, deadline_s=deadline_s, netns=ns.name)
+    else:
+        raw = launch(job, nproc, timeout_s=timeout_s, deadline_s=deadline_s)
+    env = environment_columns(backend=backend, link=link, topology=topology, threads=None)
+    return [{**row, **env, "source": "real"} for row in raw["rows"] if "time_s" in row] + \
+           [{**row, **env, "wrong": -1} for row in raw["rows"] if "error" in row]
+
+
+def format_comm_table(rows: list[dict]) -> str:
+    """nccl-tests style: a header, a units row, one line per size."""
+    lines = [f"{'collective':>15} {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
+             f"{'':>15} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
+    for r in rows:
+        if "time_s" not in r:
+            lines.append(f"{r['collective']:>15} {r['size_bytes']:>12}  unsupported: {r.get('error', '')}")
+            continue
+        lines.append(f"{r['collective']:>15} {r['size_bytes']:>12} {r['time_s'] * 1e6:>10.1f} "
+                     f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>7}")
+    return "\n".join(lines) + "\n"

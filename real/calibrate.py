@@ -1,0 +1,177 @@
+"""Measure this machine and write the calibration directory the simulator loads (sim/calibration.py).
+
+1. device: copy bandwidth, sgemm rate and a tiny op's latency (this process, all threads);
+2. per-layer forward/backward times of each CPU-sized workload alone and with k co-located
+   ranks (k processes running the same profile at once, threads = cores / k as the harness uses);
+3. collective microbenchmarks per link setting (real/bench_comm.py) and their alpha-beta fits
+   (real/fit.py), the allreduce fit becoming the catalog's link entry.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from real.bench_comm import measure_collectives
+from real.fit import fit_alpha_beta, link_parameters
+from real.launch import launch
+from real.results import cpu_model, git_revision, write_rows
+from scalebench.fileio import atomic_write_text
+
+DEFAULT_BATCH = {"mlp": 64, "small_cnn": 32, "small_transformer": 8}
+DEVICE_NAME = "cpu_local"
+
+
+def device_microbench(size_bytes: int = 64 * 2**20, repeats: int = 7) -> dict[str, float]:
+    """copy_Bps: bytes copied / s (memcpy convention); sgemm_flops: 2 n^3 / t at n = 1024;
+    op_latency_s: a 1-element add (the floor of a tiny layer)."""
+    import torch
+
+    src = torch.ones(size_bytes // 4)
+    dst = torch.empty_like(src)
+
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    copy_s = best(lambda: dst.copy_(src))
+    a = torch.randn(1024, 1024)
+    mm_s = best(lambda: a @ a)
+    one = torch.ones(1)
+    tiny_s = best(lambda: [one.add(one) for _ in range(1000)]) / 1000
+    return {"copy_Bps": size_bytes / copy_s, "sgemm_flops": 2 * 1024**3 / mm_s, "op_latency_s": tiny_s,
+            "threads": torch.get_num_threads()}
+
+
+def profile_colocated(models: list[str], batches: dict[str, int], k: int, *, iterations: int, warmup: int,
+                      timeout_s: float) -> list[dict[str, Any]]:
+    """Run the layer profile on k processes at once; per model, the mean over ranks."""
+    job = {"kind": "layer_profile", "models": models, "batch_sizes": None, "iterations": iterations,
+           "warmup": warmup, "backend": "gloo", "threads": 0}
+    out = []
+    for model in models:
+        job = {**job, "models": [model], "batch_sizes": [batches[model]]}
+        raw = launch(job, k, timeout_s=timeout_s, deadline_s=timeout_s * 4 + 60)
+        per_rank = [r[0] for r in raw["ranks"]]
+        first = per_rank[0]
+        out.append({**first, "fwd_s": _rank_mean(per_rank, "fwd_s"), "bwd_s": _rank_mean(per_rank, "bwd_s"),
+                    "iteration_wall_s": statistics.fmean(r["iteration_wall_s"] for r in per_rank),
+                    "iteration_cpu_s": statistics.fmean(r["iteration_cpu_s"] for r in per_rank)})
+    return out
+
+
+def _rank_mean(per_rank: list[dict[str, Any]], key: str) -> list[float]:
+    return [statistics.fmean(r[key][i] for r in per_rank) for i in range(len(per_rank[0][key]))]
+
+
+def _zoo_mapping(model: str, names: list[str], params: list[int]) -> list[list[int]] | None:
+    """Group torch children onto the simulator zoo's layer names, when the zoo has the model."""
+    from real.layers import group_children
+    from sim.workload import load_workload, zoo_names
+
+    if model not in zoo_names():
+        return None
+    groups = group_children(params, len(load_workload(model).layers))
+    return groups
+
+
+def _layer_entry(model: str, profiles: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    alone = profiles[1]
+    groups = _zoo_mapping(model, alone["layers"], alone["param_counts"])
+    if groups is None:
+        names, groups = alone["layers"], [[i] for i in range(len(alone["layers"]))]
+    else:
+        from sim.workload import load_workload
+
+        names = [layer.name for layer in load_workload(model).layers]
+    colocated = {}
+    for k, p in sorted(profiles.items()):
+        colocated[k] = {"fwd_s": [sum(p["fwd_s"][i] for i in g) for g in groups],
+                        "bwd_s": [sum(p["bwd_s"][i] for i in g) for g in groups],
+                        "iteration_wall_s": p["iteration_wall_s"], "iteration_cpu_s": p["iteration_cpu_s"],
+                        "threads_per_rank": p["threads"]}
+    return {"layers": names, "torch_children": [[alone["layers"][i] for i in g] for g in groups],
+            "colocated": colocated}
+
+
+def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated: tuple[int, ...] = (1, 2, 4),
+              comm_ranks: tuple[int, ...] = (2,), links: tuple[str | None, ...] = (None,),
+              collectives: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"),
+              max_bytes: int = 64 * 2**20, iterations: int = 10, warmup: int = 2, timeout_s: float = 60,
+              progress=print) -> dict[str, Any]:
+    out = Path(out_dir)
+    models = models or list(DEFAULT_BATCH)
+    batches = {m: DEFAULT_BATCH.get(m, 16) for m in models}
+    progress("device microbenchmarks")
+    dev = device_microbench()
+    profiles: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in models}
+    for k in sorted(set(colocated) | {1}):
+        progress(f"per-layer times with {k} co-located rank(s)")
+        for entry in profile_colocated(models, batches, k, iterations=iterations, warmup=warmup, timeout_s=timeout_s):
+            profiles[entry["model"]][k] = entry
+    slowdown = {k: statistics.fmean(profiles[m][k]["iteration_wall_s"] / profiles[m][1]["iteration_wall_s"]
+                                    for m in models) for k in sorted(profiles[models[0]])}
+    workloads = {m: {batches[m]: _layer_entry(m, profiles[m])} for m in models}
+    comm_rows, fits, catalog_links = [], [], {}
+    for link in links:
+        for n in comm_ranks:
+            progress(f"collectives on {n} ranks, link {link or 'loopback'}")
+            rows = measure_collectives(n, list(collectives), max_bytes=max_bytes, iterations=iterations,
+                                       warmup=warmup, timeout_s=timeout_s, link=link)
+            comm_rows.extend(rows)
+            for c in collectives:
+                sel = [r for r in rows if r["collective"] == c and r.get("wrong") == 0]
+                if len(sel) < 2:
+                    continue
+                f = fit_alpha_beta([r["size_bytes"] for r in sel], [r["time_s"] for r in sel])
+                a_s, b_Bps = link_parameters(f, c, n)
+                name = f"gloo_{'tbf_' + link if link else 'loopback'}"
+                fits.append({"name": name, "backend": "gloo", "collective": c, "link": link or "loopback",
+                             "world_size": n, "form": "t = alpha + size / bandwidth_alg (fit), mapped to the "
+                             "simulator's closed form at this n (real/fit.py)",
+                             "alpha_us": f.alpha_s * 1e6, "bandwidth_alg_GBps": f.bandwidth_Bps / 1e9,
+                             "link_latency_us": a_s * 1e6, "link_bandwidth_GBps": b_Bps / 1e9,
+                             "rms_relative_error": f.rms_relative_error, "points": f.points})
+                if c == "allreduce" and name not in catalog_links:
+                    catalog_links[name] = {
+                        "kind": "loopback", "bandwidth_GBps": round(b_Bps / 1e9, 6), "latency_us": 0,
+                        "software_latency_us": round(a_s * 1e6, 3), "efficiency": 1.0,
+                        "source": f"scalebench calibrate {time.strftime('%Y-%m-%d')}: gloo allreduce on {n} ranks, "
+                                  f"{link or 'unshaped'} loopback, fit t = alpha + S/B (rms rel. error "
+                                  f"{f.rms_relative_error:.2f}) mapped onto the ring form at n={n}; {cpu_model()}; "
+                                  "no added latency (netem unavailable)"}
+    mem_GiB = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    catalog = {
+        "gpus": {DEVICE_NAME: {
+            "peak_tflops": {"fp32": round(dev["sgemm_flops"] / 1e12, 6)}, "efficiency": 1.0,
+            "memory_bandwidth_GBps": round(2 * dev["copy_Bps"] / 1e9, 3), "memory_GiB": round(mem_GiB, 1),
+            "launch_overhead_us": round(dev["op_latency_s"] * 1e6, 3),
+            "source": f"scalebench calibrate {time.strftime('%Y-%m-%d')} on {cpu_model()}, {os.cpu_count()} cores, "
+                      f"{dev['threads']} threads: peak = measured 1024^3 sgemm rate; memory bandwidth = 2 x copy "
+                      "bytes/s (read + write); launch overhead = a 1-element add"}},
+        "links": catalog_links,
+    }
+    device = {
+        "device": DEVICE_NAME, "cpu_model": cpu_model(), "cores": os.cpu_count(), "git_revision": git_revision(),
+        "measured": dev, "colocation_slowdown": slowdown,
+        "slowdown_model": "per-rank time with k co-located ranks = alone x s(k); measured k as listed, linear "
+                          "between them, s(k_max) x k / k_max beyond (processor sharing)",
+        "workloads": workloads,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "catalog.yaml", yaml.safe_dump(catalog, sort_keys=False))
+    atomic_write_text(out / "device.yaml", yaml.safe_dump(device, sort_keys=False))
+    atomic_write_text(out / "links.yaml", yaml.safe_dump({"fits": fits}, sort_keys=False))
+    if comm_rows:
+        write_rows(out / "comm.csv", comm_rows)
+    return {"dir": str(out), "slowdown": slowdown, "links": catalog_links, "device": dev}

@@ -1,0 +1,62 @@
+"""Fitting measured collective times to the alpha-beta form. Pure numpy, torch-free.
+
+Measured form, per collective at a fixed world size n:  t(S) = alpha + S / B_alg
+(least squares on relative error, so 1 KiB and 256 MiB weigh alike). gloo on a few ranks
+does not run NCCL's ring (its allreduce picks among ring, bcube and halving-doubling
+variants by size and rank count), so we fit what it does and only then map it onto the
+simulator's closed forms at that n:
+  allreduce (ring):        T = 2(n-1) a + 2(n-1)/n S / B   -> a = alpha / (2(n-1)), B = B_alg 2(n-1)/n
+  allgather/reduce_scatter: T = (n-1) a + (n-1)/n S / B    -> a = alpha / (n-1),    B = B_alg (n-1)/n
+  broadcast, sendrecv:     T = a + S / B                  -> a = alpha,            B = B_alg
+(Thakur, Rabenseifner & Gropp 2005; the busbw factors of nccl-tests doc/PERFORMANCE.md). The
+link entry reproduces the measurement at the n it was fitted at; other n are a prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlphaBeta:
+    alpha_s: float
+    bandwidth_Bps: float
+    """B_alg: bytes of the collective's size per second, asymptotically."""
+    rms_relative_error: float
+    points: int
+
+    def time_s(self, size_bytes: float) -> float:
+        return self.alpha_s + size_bytes / self.bandwidth_Bps
+
+
+def fit_alpha_beta(sizes_bytes: list[float], times_s: list[float]) -> AlphaBeta:
+    """Minimise sum(((alpha + beta S) - t) / t)^2 with alpha >= 0, beta > 0."""
+    s = np.asarray(sizes_bytes, dtype=float)
+    t = np.asarray(times_s, dtype=float)
+    if len(s) < 2 or np.any(t <= 0):
+        raise ValueError("need at least two sizes with positive times")
+    a = np.column_stack([1 / t, s / t])
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if alpha < 0 or beta <= 0:  # latency not resolvable: bandwidth only
+        alpha = 0.0
+        beta = float(np.sum(s / t) / np.sum((s / t) ** 2))
+    pred = alpha + beta * s
+    rms = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
+    return AlphaBeta(alpha_s=float(alpha), bandwidth_Bps=1 / float(beta), rms_relative_error=rms, points=len(s))
+
+
+def steps_and_factor(collective: str, n: int) -> tuple[int, float]:
+    """(latency terms, busbw factor) of the simulator's closed form of ``collective`` at ``n`` ranks."""
+    if collective == "allreduce":
+        return 2 * (n - 1), 2 * (n - 1) / n
+    if collective in ("allgather", "reduce_scatter"):
+        return n - 1, (n - 1) / n
+    return 1, 1.0
+
+
+def link_parameters(fit: AlphaBeta, collective: str, n: int) -> tuple[float, float]:
+    """(per-step latency a in s, link bandwidth B in B/s) of the closed form that reproduces ``fit`` at n."""
+    steps, factor = steps_and_factor(collective, n)
+    return fit.alpha_s / steps, fit.bandwidth_Bps * factor

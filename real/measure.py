@@ -1,0 +1,118 @@
+"""``measure_point(spec) -> row``: one scenario run for real, as one result row.
+
+The row has the simulator's columns (``sim.config.scenario_columns`` and the metrics of
+``sim.result.IterationResult.metrics()``) where they are measurable, ``source="real"``, the
+interquartile ranges, and environment columns (real/results.py). Definitions:
+- iteration_time_s: median over iterations of the slowest rank's iteration (warm-up excluded);
+- compute_time_s: the same with communication removed (every rank at once, sharing the cores);
+  forward/backward/optimizer likewise;
+- exposed_comm_time_s = iteration_time_s - compute_time_s;
+- comm_time_s: the iteration's gradient reduction replayed alone (DDP's bucket sizes);
+- baseline_time_s: rank 0's compute-only iteration with the other ranks idle (T1);
+- throughput = world x batch / iteration; speedup = world x T1 / TN; efficiency = T1 / TN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from real.config import real_scenario
+from real.results import environment_columns, median_iqr, slowest_per_iteration
+from sim.config import scenario_columns
+from sim.errors import ConfigError, require_positive
+
+NAN = float("nan")
+
+
+def job_for(spec: dict[str, Any], options, iterations: int, warmup: int) -> dict[str, Any]:
+    kind = "ps_async" if options.strategy == "ps_async" else "train"
+    return {"kind": kind, "spec": spec, "iterations": iterations, "warmup": warmup,
+            "backend": options.backend, "threads": options.threads}
+
+
+def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_s: float = 60,
+                  link: str | None = None, topology: str = "shared") -> dict:
+    """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row."""
+    scenario, options, raw = run_spec(spec, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
+                                      link=link, topology=topology)
+    row = {**scenario_columns(scenario), **metrics_from_ranks(raw, scenario.workload.batch_size)}
+    row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
+                "iterations": iterations, "warmup": warmup})
+    row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads")))
+    return row
+
+
+def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link: str | None = None,
+             topology: str = "shared") -> tuple[Any, Any, dict[str, Any]]:
+    """Validate, launch and return (scenario, options, rank 0's gathered per-rank data)."""
+    scenario, options = real_scenario(spec)
+    require_positive("iterations", iterations, integer=True)
+    require_positive("warmup", warmup, integer=True, allow_zero=True)
+    require_positive("timeout_s", timeout_s)
+    if topology not in ("shared", "per_link"):
+        raise ConfigError("topology", topology, ("shared", "per_link"))
+    world = scenario.cluster.world_size
+    if options.strategy == "pipeline" and world < 2:
+        raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
+    job = job_for(spec, options, iterations, warmup)
+    job["link"], job["topology"] = link, topology
+    deadline_s = timeout_s * 3 + 30
+    from real.launch import launch
+
+    if link:
+        from real.netem import Namespace
+
+        with Namespace(link, topology if world > 1 else "shared") as ns:
+            raw = launch(job, world, timeout_s=timeout_s, deadline_s=deadline_s, netns=ns.name)
+    else:
+        raw = launch(job, world, timeout_s=timeout_s, deadline_s=deadline_s)
+    return scenario, options, raw
+
+
+def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    ranks = raw["ranks"]
+    world = int(raw["world"])
+    iteration = slowest_per_iteration([r["iteration"] for r in ranks])
+    it_s, it_iqr = median_iqr(iteration)
+    out: dict[str, Any] = {"world_size": world}
+    compute = [r["compute"] for r in ranks if r.get("compute")]
+    if len(compute) == world:
+        parts = [slowest_per_iteration([[row[k] for row in c] for c in compute]) for k in range(3)]
+        totals = slowest_per_iteration([[sum(row) for row in c] for c in compute])
+        comp_s, comp_iqr = median_iqr(totals)
+        fwd_s, bwd_s, opt_s = (median_iqr(p)[0] for p in parts)
+    else:
+        comp_s = comp_iqr = fwd_s = bwd_s = opt_s = NAN
+    comm = [r["comm"] for r in ranks if r.get("comm")]
+    comm_s, comm_iqr = median_iqr(slowest_per_iteration(comm)) if len(comm) == world else (NAN, NAN)
+    baseline = ranks[0].get("baseline")
+    base_s = median_iqr([sum(row) for row in baseline])[0] if baseline else NAN
+    eff = base_s / it_s if it_s > 0 else NAN
+    out.update({
+        "iteration_time_s": it_s,
+        "compute_time_s": comp_s,
+        "exposed_comm_time_s": it_s - comp_s if not math.isnan(comp_s) else NAN,
+        "comm_time_s": comm_s,
+        "forward_time_s": fwd_s,
+        "backward_time_s": bwd_s,
+        "optimizer_time_s": opt_s,
+        "throughput_samples_per_s": world * batch_size / it_s,
+        "baseline_time_s": base_s,
+        "speedup": world * eff,
+        "scaling_efficiency": eff,
+        "bytes_intra": NAN,
+        "bytes_inter": NAN,
+        "buckets": len(ranks[0].get("bucket_bytes", [])) or NAN,
+        "events": NAN,
+        "fidelity": "real",
+        "iteration_time_iqr_s": it_iqr,
+        "compute_time_iqr_s": comp_iqr,
+        "comm_time_iqr_s": comm_iqr,
+        "final_loss": ranks[0]["losses"][-1] if ranks[0].get("losses") else NAN,
+        "comm_path": ranks[0].get("comm_path", ""),
+    })
+    for key in ("staleness_mean", "staleness_max", "bubble_fraction"):
+        if key in ranks[0]:
+            out[key] = ranks[0][key]
+    return out

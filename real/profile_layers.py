@@ -1,0 +1,87 @@
+"""Per-layer forward and backward times of a model on this device, one rank's view.
+
+Each top-level child runs on a detached copy of its input, so its backward can be timed alone:
+forward times child i on x_i; backward times ``out_i.backward(grad_i)``, which produces child
+i's parameter gradients and the gradient of its input (grad_{i-1}). Wall and CPU time of the
+whole iteration are kept too: co-located ranks share cores, so wall time grows with the number
+of ranks while CPU time stays about the same (see the DESIGN notes).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+
+def layer_times(model_name: str, batch_size: int, iterations: int, warmup: int, seed: int = 0,
+                beat=lambda: None) -> dict[str, Any]:
+    import torch
+
+    from real.models import build_model, loss_fn, make_batch
+
+    model = build_model(model_name, seed)
+    loss = loss_fn(model_name)
+    x0, y = make_batch(model_name, batch_size, torch.Generator().manual_seed(seed))
+    children = list(model)
+    fwd: list[list[float]] = [[] for _ in children]
+    bwd: list[list[float]] = [[] for _ in children]
+    walls, cpus = [], []
+    for it in range(warmup + iterations):
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        inputs, outputs = [], []
+        x = x0
+        f_times = []
+        for child in children:
+            x_in = x.detach().requires_grad_(x.is_floating_point())
+            t0 = time.perf_counter()
+            out = child(x_in)
+            f_times.append(time.perf_counter() - t0)
+            inputs.append(x_in)
+            outputs.append(out)
+            x = out
+        value = loss(outputs[-1], y)
+        grad = torch.autograd.grad(value, outputs[-1])[0]
+        b_times = [0.0] * len(children)
+        for i in range(len(children) - 1, -1, -1):
+            t0 = time.perf_counter()
+            if outputs[i].requires_grad:
+                outputs[i].backward(grad)
+            b_times[i] = time.perf_counter() - t0
+            grad = inputs[i].grad
+            if grad is None:
+                break
+        model.zero_grad(set_to_none=True)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        beat()
+        if it >= warmup:
+            for i in range(len(children)):
+                fwd[i].append(f_times[i])
+                bwd[i].append(b_times[i])
+            walls.append(wall)
+            cpus.append(cpu)
+    return {
+        "layers": [f"{i}_{type(c).__name__.lower()}" for i, c in enumerate(children)],
+        "param_counts": [sum(p.numel() for p in c.parameters()) for c in children],
+        "fwd_s": [statistics.median(v) for v in fwd],
+        "bwd_s": [statistics.median(v) for v in bwd],
+        "iteration_wall_s": statistics.median(walls),
+        "iteration_cpu_s": statistics.median(cpus),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def run_layer_profile(ctx) -> dict[str, Any]:
+    """Every rank profiles the same models at once (co-located), starting together."""
+    import torch.distributed as dist
+
+    job = ctx.job
+    results = []
+    for model_name in job["models"]:
+        for batch in job["batch_sizes"]:
+            dist.barrier()
+            results.append({"model": model_name, "batch_size": batch,
+                            **layer_times(model_name, batch, job["iterations"], job["warmup"], beat=ctx.beat)})
+    gathered: list[Any] = [None] * ctx.world
+    dist.all_gather_object(gathered, results)
+    return {"ranks": gathered, "world": ctx.world} if ctx.rank == 0 else {}

@@ -1,0 +1,90 @@
+"""Result rows of measured points: statistics, environment columns, atomic files."""
+
+from __future__ import annotations
+
+import csv
+import io
+import platform
+import statistics
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from scalebench.fileio import atomic_write_json, atomic_write_text
+
+NO_LATENCY_NOTE = "no added latency (netem is not available; tbf/htb shape rate only)"
+
+
+def median_iqr(values: list[float]) -> tuple[float, float]:
+    """Median and interquartile range (p75 - p25, inclusive quantiles); NaN for no values."""
+    if not values:
+        return float("nan"), float("nan")
+    if len(values) == 1:
+        return float(values[0]), 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return float(statistics.median(values)), float(q[2] - q[0])
+
+
+def slowest_per_iteration(per_rank: list[list[float]]) -> list[float]:
+    """Each iteration timed as its slowest rank (nccl-tests' convention)."""
+    return [max(column) for column in zip(*per_rank, strict=True)]
+
+
+@cache
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+@cache
+def git_revision() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+        rev = out.stdout.strip()
+        return (rev + ("-dirty" if dirty.stdout.strip() else "")) if rev else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment_columns(*, backend: str, link: str | None, topology: str, threads: int | None) -> dict[str, Any]:
+    import os
+
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if backend == "nccl" and torch.cuda.is_available() else ""
+    return {
+        "torch_version": torch.__version__,
+        "backend": backend,
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "gpu_model": gpu,
+        "threads_per_rank": threads,
+        "link": link or "loopback",
+        "topology": topology if link else "",
+        "link_note": NO_LATENCY_NOTE if link else "unshaped loopback",
+        "git_revision": git_revision(),
+    }
+
+
+def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """CSV or JSON by the file's suffix; written atomically (never half a file)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        return atomic_write_json(path, rows)
+    fields: list[str] = []
+    for row in rows:
+        fields.extend(k for k in row if k not in fields)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return atomic_write_text(path, buf.getvalue())

@@ -1,0 +1,132 @@
+"""Training strategies and the per-rank measurement loop they share.
+
+Phases on every rank (each timed iteration starts after a barrier, which is not timed):
+1. baseline: rank 0 alone runs the compute-only iteration (the others wait in a barrier): T1;
+2. compute-only: all ranks at once run the same iteration without communication (co-located
+   ranks share the cores exactly as in the real run);
+3. the strategy's real iteration, warm-up excluded;
+4. communication-only: the strategy's gradient reduction replayed without compute (DDP buckets).
+Per-rank lists of seconds go to rank 0, which keeps, per iteration, the slowest rank.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from real.config import real_scenario
+from real.strategies.common import LocalTrainer, StepTimes, base_model, rank_batches
+
+TRAINERS = ("ddp", "ps_sync", "pipeline")
+
+
+def _trainer(ctx, scenario, options, model):
+    if options.strategy == "ddp":
+        from real.strategies.ddp import DDPTrainer
+
+        return DDPTrainer(model, scenario, options, ctx.device)
+    if options.strategy == "ps_sync":
+        from real.strategies.ps import SyncPSTrainer
+
+        return SyncPSTrainer(model, scenario, options)
+    if options.strategy == "pipeline":
+        from real.strategies.pipeline import PipelineTrainer
+
+        return PipelineTrainer(model, scenario, options, ctx)
+    raise ValueError(f"strategy {options.strategy} has no synchronous trainer")
+
+
+def run_training(ctx) -> dict[str, Any]:
+    job = ctx.job
+    scenario, options = real_scenario(job["spec"])
+    iterations, warmup = int(job["iterations"]), int(job["warmup"])
+    batch = scenario.workload.batch_size
+    model = base_model(scenario)
+    batches = [(x.to(ctx.device), y.to(ctx.device))
+               for x, y in rank_batches(scenario.workload.name, batch, scenario.seed, ctx.rank)]
+    fault = options.fault or {}
+    out: dict[str, Any] = {"rank": ctx.rank}
+
+    if options.baseline and options.strategy != "pipeline":
+        if ctx.rank == 0:
+            out["baseline"] = _compute_only(ctx, LocalTrainer(model, scenario.workload.name,
+                                                              scenario.workload.optimizer, options.lr),
+                                            batches, iterations, warmup, barrier=False)
+        dist.barrier()
+    if options.strategy != "pipeline":
+        local = LocalTrainer(model, scenario.workload.name, scenario.workload.optimizer, options.lr)
+        out["compute"] = _compute_only(ctx, local, batches, iterations, warmup, barrier=True)
+
+    trainer = _trainer(ctx, scenario, options, model)
+    times, losses = [], []
+    for i in range(warmup + iterations):
+        if fault.get("rank") == ctx.rank and fault.get("iteration") == i:
+            _inject(fault.get("mode", "kill"))
+        x, y = batches[i % len(batches)]
+        dist.barrier()
+        t0 = time.perf_counter()
+        loss = trainer.step(x, y)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        ctx.beat()
+        losses.append(loss)
+        if i >= warmup:
+            times.append(elapsed)
+    out["iteration"] = times
+    out["losses"] = losses
+    if hasattr(trainer, "bucket_sizes_bytes"):
+        sizes = trainer.bucket_sizes_bytes()
+        out["bucket_bytes"] = sizes
+        out["comm"] = _comm_only(ctx, sizes, iterations, warmup)
+    out.update(trainer.info())
+    gathered: list[Any] = [None] * ctx.world
+    dist.all_gather_object(gathered, out)
+    if ctx.rank != 0:
+        return {}
+    return {"ranks": gathered, "world": ctx.world, "threads": torch.get_num_threads()}
+
+
+def _inject(mode: str) -> None:
+    """Testing the watchdogs: die at once, or stop making progress without dying."""
+    import os
+    import signal
+
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    while True:
+        time.sleep(3600)
+
+
+def _compute_only(ctx, local: LocalTrainer, batches, iterations: int, warmup: int, *, barrier: bool) -> list[list[float]]:
+    rows = []
+    for i in range(warmup + iterations):
+        x, y = batches[i % len(batches)]
+        if barrier:
+            dist.barrier()
+        times: StepTimes = local.step(x, y)
+        ctx.beat()
+        if i >= warmup:
+            rows.append([times.forward_s, times.backward_s, times.optimizer_s])
+    return rows
+
+
+def _comm_only(ctx, sizes_bytes: list[int], iterations: int, warmup: int) -> list[float]:
+    """The iteration's bucket allreduces, back to back, without compute (fp32 buckets)."""
+    tensors = [torch.zeros(max(1, s // 4), device=ctx.device) for s in sizes_bytes]
+    times = []
+    for i in range(warmup + iterations):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for t in tensors:
+            dist.all_reduce(t)
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - t0
+        ctx.beat()
+        if i >= warmup:
+            times.append(elapsed)
+    return times

@@ -1,0 +1,169 @@
+"""One rank: join the process group, run a job, hand rank 0's result back, leave cleanly.
+
+``python -m real.worker JOB.json`` (started by real/launch.py) or ``run_job(job)`` in a
+process torchrun started (``python -m real``). RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+come from the environment.
+
+Reliability: the process group and every collective get ``timeout_s``; a watchdog thread ends
+this process (exit 124) when no step completed for ``timeout_s`` + a grace, because a hung gloo
+collective is not always ended by the process-group timeout. Any error prints one line naming
+the rank and exits 1 without waiting for peers. A clean run tears the process group down
+explicitly (ranks here sometimes abort at exit otherwise) and exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+WATCHDOG_GRACE_S = 5.0
+
+
+@dataclass
+class Context:
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    job: dict[str, Any]
+    heartbeat_file: Path | None = None
+    last_beat: float = field(default_factory=time.monotonic)
+
+    def beat(self) -> None:
+        """Mark progress (call once per step): feeds both watchdogs."""
+        self.last_beat = time.monotonic()
+        if self.heartbeat_file is not None:
+            self.heartbeat_file.touch()
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.job.get("timeout_s", 60))
+
+    @property
+    def device(self):
+        import torch
+
+        if self.job.get("backend") == "nccl":
+            return torch.device("cuda", self.local_rank)
+        return torch.device("cpu")
+
+
+def _start_watchdog(ctx: Context) -> None:
+    limit = ctx.timeout_s + WATCHDOG_GRACE_S
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            idle = time.monotonic() - ctx.last_beat
+            if idle > limit:
+                print(f"rank {ctx.rank}: no progress for {idle:.0f} s (a peer died or a collective hung); exiting",
+                      file=sys.stderr, flush=True)
+                os._exit(124)
+
+    threading.Thread(target=watch, name="scalebench-watchdog", daemon=True).start()
+
+
+def _threads(ctx: Context) -> int:
+    wanted = int(ctx.job.get("threads", 0) or 0)
+    return wanted or max(1, (os.cpu_count() or 1) // ctx.local_world)
+
+
+def run_job(job: dict[str, Any]) -> int:
+    """Run ``job`` as the rank the environment names; return the exit status."""
+    env = os.environ
+    ctx = Context(rank=int(env["RANK"]), world=int(env["WORLD_SIZE"]),
+                  local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
+                  local_world=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), job=job)
+    if job.get("heartbeat_dir"):
+        ctx.heartbeat_file = Path(job["heartbeat_dir"]) / f"heartbeat{ctx.rank}"
+    ctx.beat()
+    _start_watchdog(ctx)
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(_threads(ctx))
+        backend = job.get("backend", "gloo")
+        if backend == "nccl":
+            torch.cuda.set_device(ctx.local_rank)
+        if job["kind"] != "ps_async":  # rpc brings its own rendezvous
+            dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world,
+                                    timeout=timedelta(seconds=ctx.timeout_s))
+        ctx.beat()
+        if job.get("link") and job.get("topology") == "per_link" and dist.is_initialized():
+            _shape_per_link(ctx)
+        result = _dispatch(ctx)
+        ctx.beat()
+        if ctx.rank == 0 and job.get("out"):
+            from scalebench.fileio import atomic_write_json
+
+            atomic_write_json(job["out"], result)
+        if dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()
+        return 0
+    except Exception as err:  # one line per rank; the launcher names the first failure
+        detail = "".join(traceback.format_exception_only(type(err), err)).strip().splitlines()[-1]
+        print(f"rank {ctx.rank}: error: {detail}", file=sys.stderr, flush=True)
+        if os.environ.get("SCALEBENCH_DEBUG"):
+            traceback.print_exc()
+        return 1
+
+
+def _shape_per_link(ctx: Context) -> None:
+    """Once gloo's connections are open, rank 0 gives each flow its own htb class."""
+    import torch
+    import torch.distributed as dist
+
+    from real.netem import install_per_link, parse_rate
+
+    dist.all_reduce(torch.zeros(1))  # every pair has talked: the connections exist
+    if ctx.rank == 0:
+        flows = install_per_link(parse_rate(ctx.job["link"]))
+        print(f"rank 0: per-link shaping on {flows} flow directions", file=sys.stderr, flush=True)
+    dist.barrier()
+
+
+def _dispatch(ctx: Context) -> dict[str, Any] | None:
+    kind = ctx.job["kind"]
+    if kind == "train":
+        from real.strategies import run_training
+
+        return run_training(ctx)
+    if kind == "comm":
+        from real.bench_comm import run_comm_bench
+
+        return run_comm_bench(ctx)
+    if kind == "layer_profile":
+        from real.profile_layers import run_layer_profile
+
+        return run_layer_profile(ctx)
+    if kind == "grad_check":
+        from real.strategies.hooks import run_grad_check
+
+        return run_grad_check(ctx)
+    if kind == "ps_async":
+        from real.strategies.ps import run_async_ps
+
+        return run_async_ps(ctx)
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
+def main(argv: list[str]) -> None:
+    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    status = run_job(job)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # skip interpreter teardown of gloo threads (the abort at exit)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

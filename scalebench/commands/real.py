@@ -1,0 +1,135 @@
+"""scalebench real: run a scenario for real with torch.distributed and print or save its row.
+
+``scalebench real --nproc 2 --workload small_cnn --strategy ddp`` (gloo on this machine);
+``--comm`` runs the nccl-tests-style collective microbenchmarks instead; ``--bench`` the
+harness' own benchmark (busbw vs memcpy, shaped link, harness vs a bare loop).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from scalebench.commands.common import (
+    add_scenario_arguments,
+    format_rows,
+    scenario_dict_from_args,
+    write_out,
+)
+
+DEFAULT_SCENARIO = {
+    "name": "real",
+    "workload": {"model": "small_cnn", "batch_size": 32},
+    "cluster": {"gpus": 2, "gpu": "cpu", "intra_link": "tcp_10gbe", "inter_link": "tcp_10gbe"},
+    "strategy": {"collective": "ring"},
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_scenario_arguments(parser)
+    g = parser.add_argument_group("real harness")
+    g.add_argument("--nproc", dest="gpus", type=int, help="ranks on this machine (= --gpus)")
+    g.add_argument("--workload", dest="model", help="a CPU-sized zoo model (= --model)")
+    g.add_argument("--strategy", dest="real_strategy", help="ddp | ps_sync | ps_async | pipeline")
+    g.add_argument("--compression", help="none | fp16 | bf16 | fp8_e4m3 | fp8_e5m2 | int8")
+    g.add_argument("--backend", help="gloo (CPU) | nccl (one CUDA device per local rank)")
+    g.add_argument("--lr", type=float)
+    g.add_argument("--threads", type=int, help="torch threads per rank (default: cores / ranks)")
+    g.add_argument("--microbatches", type=int, help="pipeline micro-batches")
+    g.add_argument("--schedule", help="pipeline schedule: gpipe | 1f1b")
+    g.add_argument("--link", help="emulate a link in a network namespace: 100mbit | 1gbit | 10gbit")
+    g.add_argument("--topology", default="shared", help="shared (one tbf for all flows) | per_link (htb per connection)")
+    g.add_argument("--iterations", type=int, default=20)
+    g.add_argument("--warmup", type=int, default=3)
+    g.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a run is stopped")
+    g.add_argument("--out", help="write the row(s) to this CSV or JSON file (atomically)")
+    g.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    g.add_argument("--comm", action="store_true", help="collective microbenchmarks instead of training")
+    g.add_argument("--collectives", nargs="+", help="with --comm: which collectives (default: all)")
+    g.add_argument("--max-bytes", type=int, default=64 * 2**20, help="with --comm: largest message")
+    g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
+
+
+REAL_FLAGS = ("real_strategy", "compression", "backend", "lr", "threads", "microbatches", "schedule")
+
+
+def spec_from_args(args: argparse.Namespace) -> dict:
+    spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
+    real = spec.setdefault("real", {})
+    for flag in REAL_FLAGS:
+        value = getattr(args, flag)
+        if value is not None:
+            real["strategy" if flag == "real_strategy" else flag] = value
+    if args.catalog:
+        from sim.config import read_yaml
+
+        spec["catalog"] = read_yaml(args.catalog)
+    return spec
+
+
+def run(args: argparse.Namespace) -> int:
+    from real.launch import RunFailed
+
+    try:
+        if args.bench:
+            from real.benchmarks import run_benchmarks
+
+            return run_benchmarks(out=args.out)
+        if args.comm:
+            return _run_comm(args)
+        from real.measure import measure_point
+
+        row = measure_point(spec_from_args(args), iterations=args.iterations, warmup=args.warmup,
+                            timeout_s=args.timeout, link=args.link, topology=args.topology)
+    except RunFailed as err:
+        import sys
+
+        print(f"scalebench real: run failed: {err}", file=sys.stderr)
+        return 1
+    if args.out:
+        from real.results import write_rows
+
+        write_rows(args.out, [row])
+    write_out(_table(row) if args.format == "table" else format_rows([row], args.format))
+    return 0
+
+
+def _run_comm(args: argparse.Namespace) -> int:
+    from real.bench_comm import COLLECTIVES, format_comm_table, measure_collectives
+
+    from sim.errors import require_positive
+
+    nproc = require_positive("--nproc", args.gpus if args.gpus is not None else 2, integer=True)
+    names = args.collectives or list(COLLECTIVES)
+    rows = measure_collectives(nproc, names, max_bytes=args.max_bytes, backend=args.backend or "gloo",
+                               iterations=args.iterations, warmup=args.warmup, timeout_s=args.timeout,
+                               link=args.link, topology=args.topology)
+    if args.out:
+        from real.results import write_rows
+
+        write_rows(args.out, rows)
+    write_out(format_comm_table(rows) if args.format == "table" else format_rows(rows, args.format))
+    return 0 if all(r["wrong"] == 0 for r in rows) else 1
+
+
+def _table(row: dict) -> str:
+    from sim.units import human_seconds
+
+    def t(key: str) -> str:
+        v = row.get(key)
+        return human_seconds(v) if isinstance(v, float) and v == v else "-"
+
+    return "\n".join([
+        f"{row['model']} x {row['world_size']} ranks, {row['real_strategy']} ({row['comm_path'] or '-'}), "
+        f"bucket {row['bucket_mib']:g} MiB, overlap {'on' if row['overlap'] else 'off'}, batch {row['batch_size']}/rank, "
+        f"{row['backend']} on {row['link']}; torch {row['torch_version']}, {row['threads_per_rank']} threads/rank",
+        "",
+        f"  iteration (slowest rank)  {t('iteration_time_s'):>10}   IQR {t('iteration_time_iqr_s')}",
+        f"  compute only              {t('compute_time_s'):>10}   IQR {t('compute_time_iqr_s')}",
+        f"    forward / backward / optimizer  {t('forward_time_s')} / {t('backward_time_s')} / {t('optimizer_time_s')}",
+        f"  exposed communication     {t('exposed_comm_time_s'):>10}",
+        f"  communication alone       {t('comm_time_s'):>10}   ({row['buckets']} buckets)",
+        f"  1 rank alone (T1)         {t('baseline_time_s'):>10}",
+        "",
+        f"  throughput  {row['throughput_samples_per_s']:,.1f} samples/s; speedup {row['speedup']:.2f}x; "
+        f"efficiency {100 * row['scaling_efficiency']:.1f} % (weak scaling); final loss {row['final_loss']:.4g}",
+    ]) + "\n"
