@@ -14,12 +14,22 @@ import yaml
 from sim.catalog import Catalog, builtin_catalog
 from sim.cluster import Cluster, cluster_from_dict
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
-from sim.strategy import Strategy, strategy_from_dict
+from sim.faults import (
+    Faults,
+    Heterogeneity,
+    check_against_cluster,
+    faults_from_dict,
+    heterogeneity_from_dict,
+)
+from sim.strategy import Strategy, check_degrees, strategy_from_dict
 from sim.workload import Workload, workload_from_dict
 
 FIDELITIES = ("fast", "detailed")
-SIMULATION_KEYS = ("fidelity", "seed")
-SCENARIO_KEYS = ("name", "description", "workload", "cluster", "strategy", "simulation", "catalog")
+SIMULATION_KEYS = ("fidelity", "seed", "check_memory")
+SCENARIO_KEYS = (
+    "name", "description", "workload", "cluster", "strategy", "simulation", "catalog",
+    "heterogeneity", "faults",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +42,10 @@ class Scenario:
     """fast: identical ranks simulated once, collectives costed per step with link-load
     counting; detailed: every rank and every chunk, links shared max-min fairly."""
     seed: int = 0
+    heterogeneity: Heterogeneity = Heterogeneity()
+    """Jitter, slow nodes, mixed GPUs: used by multi-iteration runs (sim/run.py)."""
+    faults: Faults = Faults()
+    check_memory: bool = True
 
     def with_world_size(self, world_size: int) -> Scenario:
         return replace(self, cluster=self.cluster.with_world_size(world_size))
@@ -65,14 +79,41 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
     if not isinstance(simulation, dict):
         raise ConfigError("simulation", simulation, "a mapping with keys " + ", ".join(SIMULATION_KEYS))
     reject_unknown_keys("simulation", simulation, SIMULATION_KEYS)
-    return Scenario(
+    check_memory = simulation.get("check_memory", True)
+    if not isinstance(check_memory, bool):
+        raise ConfigError("simulation.check_memory", check_memory, "true or false")
+    scenario = Scenario(
         name=str(spec.get("name", "scenario")),
         workload=workload_from_dict(spec["workload"]),
         cluster=cluster_from_dict(spec.get("cluster") or {}, catalog),
         strategy=strategy_from_dict(spec.get("strategy")),
         fidelity=require_choice("simulation.fidelity", simulation.get("fidelity", "fast"), FIDELITIES),
         seed=require_positive("simulation.seed", simulation.get("seed", 0), integer=True, allow_zero=True),
+        heterogeneity=heterogeneity_from_dict(spec.get("heterogeneity"), catalog),
+        faults=faults_from_dict(spec.get("faults")),
+        check_memory=check_memory,
     )
+    validate_scenario(scenario)
+    return scenario
+
+
+def validate_scenario(scenario: Scenario) -> None:
+    """Checks that need more than one section: degrees, placement, faults, memory."""
+    s, c, w = scenario.strategy, scenario.cluster, scenario.workload
+    check_degrees(s, c.world_size, len(w.layers), w.batch_size)
+    check_against_cluster(scenario.heterogeneity, scenario.faults, c.world_size, c.nodes)
+    if scenario.fidelity == "detailed" and (s.model_parallel or s.micro_batches > 1):
+        raise ConfigError("simulation.fidelity", "detailed",
+                          f"fast when tp * pp > 1 or micro_batches > 1 (tp={s.tp}, pp={s.pp}, "
+                          f"micro_batches={s.micro_batches}): the detailed mode simulates data parallelism")
+    if s.model_parallel:
+        from sim.parallel import check_placement
+
+        check_placement(c, s.tp, s.pp)
+    if scenario.check_memory:
+        from sim.memory import check_memory
+
+        check_memory(scenario)
 
 
 def load_scenario(path: str | Path, catalog: Catalog | None = None) -> Scenario:
@@ -99,4 +140,12 @@ def scenario_columns(scenario: Scenario) -> dict[str, Any]:
         "bucket_mib": s.bucket_bytes / (1024 * 1024),
         "overlap": s.overlap,
         "precision": s.precision,
+        "codec": s.codec or s.precision,
+        "codec_path": s.resolved_codec_path() or "allreduce",
+        "dp": s.dp_degree(c.world_size),
+        "tp": s.tp,
+        "pp": s.pp,
+        "micro_batches": s.micro_batches,
+        "schedule": s.schedule if s.pp > 1 else "",
+        "ps_mode": s.ps_mode if s.collective == "ps" else "",
     }

@@ -58,20 +58,42 @@ class IterationResult:
     """Iteration time of the same per-GPU work on one GPU (T1)."""
     fidelity: str = "fast"
     log: tuple[tuple[float, str], ...] = field(default=(), repr=False)
+    data_parallel: int | None = None
+    """Model replicas (dp degree); None: every rank is one (pure data parallelism). The batch
+    is per replica: a pipeline of p stages x t tensor ranks processes one batch per iteration."""
+    codec_time_s: float = 0.0
+    """Encode, decode and local sums of compressed gradients (inside comm_time_s)."""
+    bubble_time_s: float = 0.0
+    """Pipeline: time the busiest stage sits idle inside the forward/backward schedule."""
+    tp_comm_time_s: float = 0.0
+    """Tensor-parallel activation allreduces on the critical path (inside compute_time_s)."""
+    pp_comm_time_s: float = 0.0
+    """Activation and gradient sends between pipeline stages, per stage."""
+    memory_bytes: float = 0.0
+    """Peak memory of the fullest rank (sim/memory.py)."""
+
+    @property
+    def replicas(self) -> int:
+        return self.world_size if self.data_parallel is None else self.data_parallel
 
     @property
     def throughput_samples_per_s(self) -> float:
-        return self.world_size * self.batch_size / self.iteration_time_s
+        return self.replicas * self.batch_size / self.iteration_time_s
 
     @property
     def scaling_efficiency(self) -> float:
-        """Weak scaling: T1 / TN for the same per-GPU batch (= T1 / (N TN) x N samples)."""
-        return self.baseline_time_s / self.iteration_time_s
+        """Weak scaling: T1 / TN for the same per-GPU batch (= T1 / (N TN) x N samples);
+        with model parallelism speedup / N."""
+        if self.data_parallel is None:
+            return self.baseline_time_s / self.iteration_time_s
+        return self.speedup / self.world_size
 
     @property
     def speedup(self) -> float:
-        """N x efficiency: throughput on N GPUs over throughput on one."""
-        return self.world_size * self.scaling_efficiency
+        """Throughput on N GPUs over throughput on one: replicas x T1 / TN."""
+        if self.data_parallel is None:
+            return self.world_size * self.scaling_efficiency
+        return self.data_parallel * self.baseline_time_s / self.iteration_time_s
 
     def metrics(self) -> dict[str, Any]:
         return {
@@ -92,4 +114,10 @@ class IterationResult:
             "buckets": len(self.buckets),
             "events": self.events,
             "fidelity": self.fidelity,
+            "data_parallel": self.replicas,
+            "codec_time_s": self.codec_time_s,
+            "bubble_time_s": self.bubble_time_s,
+            "tp_comm_time_s": self.tp_comm_time_s,
+            "pp_comm_time_s": self.pp_comm_time_s,
+            "memory_bytes": self.memory_bytes,
         }

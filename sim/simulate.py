@@ -15,16 +15,28 @@ def _run(scenario: Scenario) -> IterationResult:
         from sim.engine.detailed import run_detailed
 
         return run_detailed(scenario)
+    if scenario.strategy.model_parallel or scenario.strategy.micro_batches > 1:
+        from sim.engine.pipeline import run_pipeline
+        from sim.engine.pipeline_plan import build_pipeline_plan
+
+        return run_pipeline(build_pipeline_plan(scenario), scenario.cluster.world_size, scenario.workload.batch_size)
     return run_fast(build_plan(scenario), scenario.cluster.world_size, scenario.workload.batch_size)
 
 
 def baseline_time_s(scenario: Scenario) -> float:
-    """T1: the same per-GPU work on a single GPU (nothing to communicate)."""
+    """T1: the same per-GPU work on a single GPU (nothing to communicate).
+
+    With model parallelism, the whole batch of one replica on one GPU, as plain data parallelism."""
     single = replace(scenario.with_world_size(1), fidelity="fast")
+    single = replace(single, strategy=replace(single.strategy, kind="data_parallel", dp=None, tp=1, pp=1,
+                                              micro_batches=1, codec=None, codec_path=None))
     return run_fast(build_plan(single), 1, scenario.workload.batch_size).iteration_time_s
 
 
 def simulate(scenario: Scenario) -> IterationResult:
     """One training iteration of ``scenario``, with speedup and efficiency against one GPU."""
+    from sim.memory import memory_per_rank
+
     result = _run(scenario)
-    return replace(result, baseline_time_s=baseline_time_s(scenario))
+    memory = max(b.total_bytes for b in memory_per_rank(scenario))
+    return replace(result, baseline_time_s=baseline_time_s(scenario), memory_bytes=memory)

@@ -8,7 +8,14 @@ from typing import Any
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
 from sim.units import mib_to_bytes
 
-STRATEGY_KINDS = ("data_parallel",)
+STRATEGY_KINDS = ("data_parallel", "pipeline", "tensor", "hybrid")
+"""data_parallel: tp = pp = 1; pipeline, tensor, hybrid: any dp x tp x pp (the names are labels)."""
+SCHEDULES = ("gpipe", "1f1b")
+PS_MODES = ("sync", "async")
+PS_PLACEMENTS = ("sharded", "round_robin")
+"""sharded: every server holds 1/P of every tensor; round_robin: whole layers placed on servers
+in turn (TensorFlow's replica_device_setter default, the seeds' first hands-on layout)."""
+STALENESS_PENALTIES = ("none", "inverse")
 COLLECTIVES = ("ring", "tree", "hierarchical", "ps")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -17,7 +24,12 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
 
-STRATEGY_KEYS = ("kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision")
+STRATEGY_KEYS = (
+    "kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision",
+    "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
+    "dp", "tp", "pp", "micro_batches", "schedule",
+    "ps_mode", "ps_placement", "staleness_penalty",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,10 +45,46 @@ class Strategy:
     """Start a bucket's reduction as soon as it is full, during the remaining backward."""
     precision: str = "fp32"
     """Compute and gradient dtype."""
+    codec: str | None = None
+    """Wire format of gradients (a key of sim.codecs.CODECS); None: the precision itself."""
+    codec_path: str | None = None
+    """allreduce | allgather | reduce_scatter; None: what the real harness does for the codec."""
+    error_feedback: bool = False
+    codec_reduce_ns_per_elem: float | None = None
+    """Override of the codec's per-element local-sum cost (set by calibration)."""
+    dp: int | None = None
+    """Data-parallel degree; None: world_size / (tp x pp)."""
+    tp: int = 1
+    """Tensor-parallel degree (Megatron-style), placed inside a node first."""
+    pp: int = 1
+    """Pipeline stages."""
+    micro_batches: int = 1
+    """Micro-batches per iteration per pipeline; must divide the batch."""
+    schedule: str = "1f1b"
+    """Pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b."""
+    ps_mode: str = "sync"
+    """With collective=ps: sync (all workers' gradients per step) or async (one process per worker)."""
+    ps_placement: str = "sharded"
+    staleness_penalty: str = "inverse"
+    """Statistical efficiency of a stale update (sim/run.py): inverse = 1/max(1, staleness)."""
 
     @property
     def grad_bytes_per_param(self) -> int:
         return DTYPE_BYTES[self.precision]
+
+    @property
+    def model_parallel(self) -> bool:
+        return self.tp > 1 or self.pp > 1
+
+    def dp_degree(self, world_size: int) -> int:
+        return self.dp if self.dp is not None else max(1, world_size // (self.tp * self.pp))
+
+    def resolved_codec_path(self) -> str | None:
+        from sim.codecs import CODECS, default_path
+
+        if self.codec is None:
+            return None
+        return self.codec_path or default_path(CODECS[self.codec])
 
 
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
@@ -48,11 +96,76 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     if not isinstance(overlap, bool):
         raise ConfigError(f"{where}.overlap", overlap, "true or false")
     bucket_mib = require_positive(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB))
+    codec, codec_path = _codec_fields(spec, where)
+    error_feedback = spec.get("error_feedback", False)
+    if not isinstance(error_feedback, bool):
+        raise ConfigError(f"{where}.error_feedback", error_feedback, "true or false")
+    reduce_ns = spec.get("codec_reduce_ns_per_elem")
+    if reduce_ns is not None:
+        reduce_ns = float(require_positive(f"{where}.codec_reduce_ns_per_elem", reduce_ns, allow_zero=True))
+    dp = spec.get("dp")
+    if dp is not None:
+        dp = require_positive(f"{where}.dp", dp, integer=True)
+    kind = require_choice(f"{where}.kind", spec.get("kind", "data_parallel"), STRATEGY_KINDS)
+    tp = require_positive(f"{where}.tp", spec.get("tp", 1), integer=True)
+    pp = require_positive(f"{where}.pp", spec.get("pp", 1), integer=True)
+    if kind == "data_parallel" and (tp > 1 or pp > 1):
+        raise ConfigError(f"{where}.kind", kind, f"pipeline, tensor or hybrid when tp * pp > 1 (tp={tp}, pp={pp})")
     return Strategy(
-        kind=require_choice(f"{where}.kind", spec.get("kind", "data_parallel"), STRATEGY_KINDS),
+        kind=kind,
         collective=require_choice(f"{where}.collective", spec.get("collective", "ring"), COLLECTIVES),
         ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True),
         bucket_bytes=max(1, mib_to_bytes(bucket_mib)),
         overlap=overlap,
         precision=require_choice(f"{where}.precision", spec.get("precision", "fp32"), PRECISIONS),
+        codec=codec,
+        codec_path=codec_path,
+        error_feedback=error_feedback,
+        codec_reduce_ns_per_elem=reduce_ns,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        micro_batches=require_positive(f"{where}.micro_batches", spec.get("micro_batches", 1), integer=True),
+        schedule=require_choice(f"{where}.schedule", spec.get("schedule", "1f1b"), SCHEDULES),
+        ps_mode=require_choice(f"{where}.ps_mode", spec.get("ps_mode", "sync"), PS_MODES),
+        ps_placement=require_choice(f"{where}.ps_placement", spec.get("ps_placement", "sharded"), PS_PLACEMENTS),
+        staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
+                                         STALENESS_PENALTIES),
     )
+
+
+def _codec_fields(spec: dict[str, Any], where: str) -> tuple[str | None, str | None]:
+    from sim.codecs import CODEC_PATHS, CODECS
+
+    codec = spec.get("codec")
+    if codec is None:
+        if spec.get("codec_path") is not None:
+            raise ConfigError(f"{where}.codec_path", spec["codec_path"], "only with a codec (strategy.codec)")
+        return None, None
+    codec = require_choice(f"{where}.codec", codec, CODECS)
+    path = spec.get("codec_path")
+    if path is None:
+        return codec, None
+    path = require_choice(f"{where}.codec_path", path, CODEC_PATHS)
+    if path == "allreduce" and not CODECS[codec].summable:
+        summable = [name for name, c in CODECS.items() if c.summable]
+        raise ConfigError(f"{where}.codec_path", path,
+                          f"allgather or reduce_scatter for {codec} (allreduce sums in place only " + ", ".join(summable) + ")")
+    return codec, path
+
+
+def check_degrees(strategy: Strategy, world_size: int, n_layers: int, batch_size: int, where: str = "strategy") -> None:
+    """dp x tp x pp = world size, pp <= layers, micro-batches divide the batch: one error naming every term."""
+    dp = strategy.dp_degree(world_size)
+    tp, pp = strategy.tp, strategy.pp
+    if dp * tp * pp != world_size:
+        raise ConfigError(f"{where}.dp * tp * pp", f"{dp} * {tp} * {pp} = {dp * tp * pp}",
+                          f"the world size {world_size} (cluster.gpus)")
+    if pp > n_layers:
+        raise ConfigError(f"{where}.pp", pp, f"at most the workload's {n_layers} layers (one stage needs a layer)")
+    m = strategy.micro_batches
+    if batch_size % m:
+        raise ConfigError(f"{where}.micro_batches", m,
+                          f"a divisor of workload.batch_size={batch_size} ({batch_size} % {m} = {batch_size % m})")
+    if strategy.ps_mode == "async" and strategy.collective != "ps":
+        raise ConfigError(f"{where}.ps_mode", "async", f"only with collective=ps (got collective={strategy.collective})")

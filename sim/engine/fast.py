@@ -108,4 +108,5 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
         events=events,
         fidelity="fast",
         log=tuple(log),
+        codec_time_s=sum(plan.bucket_codec_s),
     )

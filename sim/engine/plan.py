@@ -8,10 +8,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sim.catalog import GPU
+from sim.cluster import Cluster
+from sim.codecs import CODECS
 from sim.config import Scenario
+from sim.costs.codecs import compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s, gradient_sync_steps
 from sim.costs.compute import layer_times_s, optimizer_step_time_s
-from sim.strategy import DTYPE_BYTES
+from sim.costs.ps import ps_placed_push_pull, round_robin_placement
+from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
 
 DDP_FIRST_BUCKET_BYTES = 1 * MIB
@@ -37,6 +42,8 @@ class IterationPlan:
     bucket_bytes_by_link: tuple[dict[str, float], ...]
     optimizer_s: float
     overlap: bool
+    bucket_codec_s: tuple[float, ...] = ()
+    """Encode/decode/local-sum time inside each bucket's comm time (0 without a codec)."""
 
     @property
     def compute_s(self) -> float:
@@ -67,6 +74,31 @@ def assign_buckets(grad_bytes: Sequence[float], bucket_bytes: float, first_bucke
     return buckets
 
 
+def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> tuple[float, float, dict[str, float]]:
+    """(comm seconds, of which codec seconds, bytes by link) to synchronise one gradient bucket
+    of ``n_bytes`` (in the compute precision) over ``cluster``, through the strategy's codec."""
+    if cluster.world_size == 1 or n_bytes <= 0:
+        return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
+    if strategy.codec is None:
+        steps = gradient_sync_steps(n_bytes, cluster, strategy.collective, strategy.ps_servers)
+        return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
+    src = strategy.grad_bytes_per_param
+    sync = compressed_sync(
+        n_bytes / src, src, CODECS[strategy.codec], strategy.resolved_codec_path() or "allreduce", cluster,
+        gpu=gpu, collective=strategy.collective, ps_servers=strategy.ps_servers,
+        reduce_ns_per_elem=strategy.codec_reduce_ns_per_elem, error_feedback=strategy.error_feedback,
+    )
+    return sync.time_s, sync.codec_s, bytes_by_link(sync.steps)
+
+
+def _placed_ps_sync(layer_bytes: list[float], cluster: Cluster, strategy: Strategy) -> tuple[float, float, dict[str, float]]:
+    """Whole layers on PS tasks, round-robin (sim.costs.ps); no codec on this path."""
+    if cluster.world_size == 1:
+        return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
+    steps = ps_placed_push_pull(round_robin_placement(layer_bytes, strategy.ps_servers), cluster)
+    return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
+
+
 def build_plan(scenario: Scenario) -> IterationPlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
     dtype_bytes = DTYPE_BYTES[strategy.precision]
@@ -74,21 +106,26 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     n_layers = len(workload.layers)
     backward_order = list(range(n_layers - 1, -1, -1))
     grad_bytes = [workload.layers[i].param_count * strategy.grad_bytes_per_param for i in backward_order]
-    groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
+    if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
+        groups = [list(range(n_layers))]  # all variables pulled and pushed together, after backward
+    else:
+        groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
     buckets = []
     comm_s = []
+    codec_s = []
     link_bytes = []
     for index, positions in enumerate(groups):
         layers = tuple(backward_order[p] for p in positions)
         n_bytes = sum(grad_bytes[p] for p in positions)
         buckets.append(Bucket(index, layers, n_bytes))
-        if cluster.world_size > 1 and n_bytes > 0:
-            steps = gradient_sync_steps(n_bytes, cluster, strategy.collective, strategy.ps_servers)
-            comm_s.append(collective_time_s(steps, cluster))
-            link_bytes.append(bytes_by_link(steps))
+        if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
+            t, t_codec, by_link = _placed_ps_sync([workload.layers[i].param_count * strategy.grad_bytes_per_param
+                                                   for i in range(n_layers)], cluster, strategy)
         else:
-            comm_s.append(0.0)
-            link_bytes.append({"intra": 0.0, "inter": 0.0})
+            t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
+        comm_s.append(t)
+        codec_s.append(t_codec)
+        link_bytes.append(by_link)
     return IterationPlan(
         layer_names=tuple(layer.name for layer in workload.layers),
         fwd_s=tuple(t[0] for t in times),
@@ -98,4 +135,5 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         bucket_bytes_by_link=tuple(link_bytes),
         optimizer_s=optimizer_step_time_s(workload.param_count, dtype_bytes, workload.optimizer, cluster.gpu),
         overlap=strategy.overlap,
+        bucket_codec_s=tuple(codec_s),
     )

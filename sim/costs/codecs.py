@@ -1,0 +1,142 @@
+"""What compressing a gradient costs: wire bytes, encode/decode passes, and the collective path.
+
+Encode and decode are memory-bound passes over the gradient (DESIGN.md 'Compression'), costed
+on the device's memory bandwidth: t = bytes read + bytes written / memory bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.catalog import GPU
+from sim.cluster import Cluster
+from sim.codecs import Codec
+from sim.costs.collectives import (
+    Step,
+    collective_time_s,
+    gradient_sync_steps,
+    ring_allgather,
+    ring_reduce_scatter,
+)
+
+
+def wire_bytes(elems: float, codec: Codec, tensors: int = 1) -> float:
+    """S_c = elems x bytes_per_elem + tensors x scale_bytes."""
+    return elems * codec.bytes_per_elem + tensors * codec.scale_bytes
+
+
+def is_identity(codec: Codec, src_bytes: int) -> bool:
+    """Sending the gradient in its own dtype needs no encode or decode pass."""
+    return codec.bytes_per_elem == src_bytes and codec.scale_bytes == 0
+
+
+def encode_time_s(elems: float, src_bytes: int, codec: Codec, gpu: GPU) -> float:
+    """Read the gradient, write the wire format: t = elems (src + b_c) / memory bandwidth
+    (plus a max-abs pass for a scaled format: + elems src / memory bandwidth)."""
+    if is_identity(codec, src_bytes):
+        return 0.0
+    scale_pass = elems * src_bytes if codec.scale_bytes else 0.0
+    return (elems * (src_bytes + codec.bytes_per_elem) + scale_pass) / gpu.memory_bandwidth_Bps
+
+
+def decode_sum_time_s(elems: float, copies: float, src_bytes: int, codec: Codec, gpu: GPU,
+                      reduce_ns_per_elem: float) -> float:
+    """Decode ``copies`` encoded tensors and add each into an accumulator in the compute dtype:
+    t = copies x elems x (b_c + 2 src) / memory bandwidth + copies x elems x reduce cost."""
+    memory = 0.0 if is_identity(codec, src_bytes) else copies * elems * (codec.bytes_per_elem + 2 * src_bytes)
+    return memory / gpu.memory_bandwidth_Bps + copies * elems * reduce_ns_per_elem * 1e-9
+
+
+def error_feedback_time_s(elems: float, src_bytes: int, codec: Codec, gpu: GPU) -> float:
+    """Error feedback (Seide et al. 2014; Karimireddy et al. 2019): add the residual before
+    encoding and keep (gradient - decoded) as the next residual: read gradient, residual and
+    the encoded tensor, write the residual: t = elems (3 src + b_c) / memory bandwidth."""
+    return elems * (3 * src_bytes + codec.bytes_per_elem) / gpu.memory_bandwidth_Bps
+
+
+@dataclass(frozen=True)
+class CompressedSync:
+    steps: list[Step]
+    """The collective's steps (on the wire)."""
+    network_s: float
+    codec_s: float
+    """Encode, decode, local sums and error feedback: device time on the comm stream."""
+
+    @property
+    def time_s(self) -> float:
+        return self.network_s + self.codec_s
+
+
+def _allreduce_path(elems, src_bytes, codec, path_args) -> tuple[list[Step], float]:
+    cluster, collective, ps_servers, gpu, reduce_ns = path_args
+    n = cluster.world_size
+    steps = gradient_sync_steps(wire_bytes(elems, codec), cluster, collective, ps_servers)
+    # each rank adds (n-1)/n of the tensor during the reduce-scatter half of a ring
+    codec_s = (encode_time_s(elems, src_bytes, codec, gpu)
+               + decode_sum_time_s(elems, 1, src_bytes, codec, gpu, 0.0)
+               + (n - 1) / n * elems * reduce_ns * 1e-9)
+    return steps, codec_s
+
+
+def _allgather_path(elems, src_bytes, codec, path_args) -> tuple[list[Step], float]:
+    """Ring allgather of every rank's S_c: (n-1) steps of S_c, then decode and sum n-1 copies."""
+    cluster, _, _, gpu, reduce_ns = path_args
+    n = cluster.world_size
+    steps = ring_allgather(n * wire_bytes(elems, codec), cluster)
+    codec_s = encode_time_s(elems, src_bytes, codec, gpu) + decode_sum_time_s(elems, n - 1, src_bytes, codec, gpu, reduce_ns)
+    return steps, codec_s
+
+
+def _reduce_scatter_path(elems, src_bytes, codec, path_args) -> tuple[list[Step], float]:
+    """Reduce-scatter in the compute dtype ((n-1)/n S), allgather the encoded shards ((n-1)/n S_c)."""
+    cluster, _, _, gpu, _ = path_args
+    n = cluster.world_size
+    steps = ring_reduce_scatter(elems * src_bytes, cluster) + ring_allgather(wire_bytes(elems, codec, tensors=n), cluster)
+    codec_s = encode_time_s(elems / n, src_bytes, codec, gpu) + decode_sum_time_s(elems, 1, src_bytes, codec, gpu, 0.0)
+    return steps, codec_s
+
+
+PATHS: dict[str, Callable[..., tuple[list[Step], float]]] = {
+    "allreduce": _allreduce_path,
+    "allgather": _allgather_path,
+    "reduce_scatter": _reduce_scatter_path,
+}
+
+
+def compressed_sync(elems: float, src_bytes: int, codec: Codec, path: str, cluster: Cluster, *,
+                    gpu: GPU, collective: str = "ring", ps_servers: int = 1,
+                    reduce_ns_per_elem: float | None = None, error_feedback: bool = False) -> CompressedSync:
+    """Synchronise one bucket of ``elems`` gradient elements through ``codec`` along ``path``."""
+    if cluster.world_size == 1 or elems == 0:
+        return CompressedSync([], 0.0, 0.0)
+    reduce_ns = codec.reduce_ns_per_elem if reduce_ns_per_elem is None else reduce_ns_per_elem
+    steps, codec_s = PATHS[path](elems, src_bytes, codec, (cluster, collective, ps_servers, gpu, reduce_ns))
+    if error_feedback:
+        codec_s += error_feedback_time_s(elems, src_bytes, codec, gpu)
+    return CompressedSync(steps, collective_time_s(steps, cluster), codec_s)
+
+
+def per_rank_wire_bytes_closed_form(elems: float, n: int, codec: Codec, path: str, src_bytes: int = 4) -> float:
+    """Bytes each rank sends (oracle): allreduce 2(n-1)/n S_c; allgather (n-1) S_c;
+    reduce_scatter (n-1)/n S + (n-1)/n (elems b_c + n scale) (n shards, each with its scale)."""
+    s_c = wire_bytes(elems, codec)
+    if path == "allreduce":
+        return 2 * (n - 1) / n * s_c
+    if path == "allgather":
+        return (n - 1) * s_c
+    return (n - 1) / n * elems * src_bytes + (n - 1) / n * wire_bytes(elems, codec, tensors=n)
+
+
+def crossover_ranks(elems: float, cluster_of: Callable[[int], Cluster], gpu: GPU, *,
+                    slow: tuple[Codec, str], fast: tuple[Codec, str], src_bytes: int = 4,
+                    ranks: range = range(2, 4097)) -> int | None:
+    """The smallest n in ``ranks`` at which ``slow`` (e.g. fp8 by allgather) takes longer than
+    ``fast`` (e.g. fp16 by ring allreduce) for one tensor; None if it never does."""
+    for n in ranks:
+        cluster = cluster_of(n)
+        a = compressed_sync(elems, src_bytes, slow[0], slow[1], cluster, gpu=gpu).time_s
+        b = compressed_sync(elems, src_bytes, fast[0], fast[1], cluster, gpu=gpu).time_s
+        if a > b:
+            return n
+    return None

@@ -1,0 +1,52 @@
+"""Pipeline parallelism, pure: stage balancing, the bubble's closed form, activation stash."""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+
+def bubble_fraction(p: int, m: int) -> float:
+    """Idle share of a flushed pipeline with p equal stages and m micro-batches:
+    (p-1)/(m+p-1), the same for GPipe and 1F1B (Huang et al. 2019 GPipe; Narayanan et al.
+    2021 Megatron-LM, section 2.2)."""
+    return (p - 1) / (m + p - 1)
+
+
+def pipeline_time_closed_form(p: int, m: int, fwd_s: float, bwd_s: float) -> float:
+    """Flush time of p equal stages, m micro-batches, free sends: (m + p - 1)(f + b)."""
+    return (m + p - 1) * (fwd_s + bwd_s)
+
+
+def stash_micro_batches(schedule: str, p: int, m: int, stage: int) -> int:
+    """Micro-batches whose activations a stage holds at its peak: GPipe keeps all m;
+    1F1B keeps at most p - stage (its warm-up depth + 1) (Narayanan et al. 2021, PipeDream-Flush)."""
+    if schedule == "gpipe":
+        return m
+    return min(p - stage, m)
+
+
+def balance_stages(costs: list[float], p: int) -> list[tuple[int, int]]:
+    """Contiguous split of layers into p non-empty stages minimising the slowest stage's cost
+    (linear partition by dynamic programming, O(p L^2)); returns [start, end) per stage."""
+    n = len(costs)
+    if not 1 <= p <= n:
+        raise ValueError(f"cannot split {n} layers into {p} stages")
+    prefix = [0.0, *accumulate(costs)]
+    inf = float("inf")
+    # best[k][j]: minimal max-stage cost of the first j layers in k stages; cut[k][j]: last cut
+    best = [[inf] * (n + 1) for _ in range(p + 1)]
+    cut = [[0] * (n + 1) for _ in range(p + 1)]
+    best[0][0] = 0.0
+    for k in range(1, p + 1):
+        for j in range(k, n - (p - k) + 1):
+            for i in range(k - 1, j):
+                value = max(best[k - 1][i], prefix[j] - prefix[i])
+                if value < best[k][j]:
+                    best[k][j], cut[k][j] = value, i
+    bounds = []
+    j = n
+    for k in range(p, 0, -1):
+        i = cut[k][j]
+        bounds.append((i, j))
+        j = i
+    return bounds[::-1]

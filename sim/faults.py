@@ -1,0 +1,125 @@
+"""Heterogeneity and faults, as data, and the random draws they need (one seeded Generator).
+
+``heterogeneity:`` per-rank compute jitter (lognormal, a coefficient of variation), slow nodes,
+mixed GPU types. ``faults:`` a worker lost at a time, checkpoint interval and restart cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.catalog import GPU, Catalog
+from sim.errors import ConfigError, reject_unknown_keys, require_positive
+
+HETEROGENEITY_KEYS = ("jitter_cv", "slow_nodes", "slow_factor", "mixed_gpus")
+FAULT_KEYS = ("fail_rank", "fail_at_s", "checkpoint_interval_s", "checkpoint_s", "restart_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Heterogeneity:
+    jitter_cv: float = 0.0
+    """Coefficient of variation of each rank's per-iteration compute time (lognormal)."""
+    slow_nodes: int = 0
+    """The last ``slow_nodes`` nodes run every computation ``slow_factor`` times slower."""
+    slow_factor: float = 1.0
+    mixed_gpus: tuple[tuple[GPU, int], ...] = ()
+    """(GPU, count): the last ranks are of these types instead of the cluster's GPU."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Faults:
+    fail_rank: int | None = None
+    fail_at_s: float = math.inf
+    checkpoint_interval_s: float = math.inf
+    """Synchronous training checkpoints at the first iteration boundary after each interval."""
+    checkpoint_s: float = 0.0
+    """Time to write one checkpoint (the job pauses)."""
+    restart_s: float = 0.0
+    """Time from the failure to training again (detect, replace the worker, reload)."""
+
+
+def heterogeneity_from_dict(spec: Any, catalog: Catalog, where: str = "heterogeneity") -> Heterogeneity:
+    if spec is None:
+        return Heterogeneity()
+    if not isinstance(spec, dict):
+        raise ConfigError(where, spec, "a mapping with keys " + ", ".join(HETEROGENEITY_KEYS))
+    reject_unknown_keys(where, spec, HETEROGENEITY_KEYS)
+    factor = float(require_positive(f"{where}.slow_factor", spec.get("slow_factor", 1.0)))
+    if factor < 1:
+        raise ConfigError(f"{where}.slow_factor", factor, "a number >= 1 (times slower)")
+    mixed = spec.get("mixed_gpus") or {}
+    if not isinstance(mixed, dict):
+        raise ConfigError(f"{where}.mixed_gpus", mixed, "a mapping of GPU name to count, e.g. {k80: 4}")
+    return Heterogeneity(
+        jitter_cv=float(require_positive(f"{where}.jitter_cv", spec.get("jitter_cv", 0.0), allow_zero=True)),
+        slow_nodes=require_positive(f"{where}.slow_nodes", spec.get("slow_nodes", 0), integer=True, allow_zero=True),
+        slow_factor=factor,
+        mixed_gpus=tuple(
+            (catalog.gpu(name, f"{where}.mixed_gpus"), require_positive(f"{where}.mixed_gpus.{name}", count, integer=True))
+            for name, count in mixed.items()
+        ),
+    )
+
+
+def faults_from_dict(spec: Any, where: str = "faults") -> Faults:
+    if spec is None:
+        return Faults()
+    if not isinstance(spec, dict):
+        raise ConfigError(where, spec, "a mapping with keys " + ", ".join(FAULT_KEYS))
+    reject_unknown_keys(where, spec, FAULT_KEYS)
+    rank = spec.get("fail_rank")
+    if rank is not None:
+        rank = require_positive(f"{where}.fail_rank", rank, integer=True, allow_zero=True)
+        if "fail_at_s" not in spec:
+            raise ConfigError(f"{where}.fail_at_s", None, "the failure time in seconds (with fail_rank)")
+
+    def seconds(key: str, default: float) -> float:
+        return float(require_positive(f"{where}.{key}", spec.get(key, default), allow_zero=True))
+
+    return Faults(fail_rank=rank, fail_at_s=seconds("fail_at_s", math.inf),
+                  checkpoint_interval_s=float(require_positive(f"{where}.checkpoint_interval_s",
+                                                               spec.get("checkpoint_interval_s", math.inf))),
+                  checkpoint_s=seconds("checkpoint_s", 0.0), restart_s=seconds("restart_s", 0.0))
+
+
+def check_against_cluster(het: Heterogeneity, faults: Faults, world_size: int, nodes: int) -> None:
+    if het.slow_nodes > nodes:
+        raise ConfigError("heterogeneity.slow_nodes", het.slow_nodes, f"at most cluster.nodes={nodes}")
+    mixed = sum(count for _, count in het.mixed_gpus)
+    if mixed > world_size:
+        raise ConfigError("heterogeneity.mixed_gpus", mixed, f"at most the world size {world_size} ranks in all")
+    if faults.fail_rank is not None and faults.fail_rank >= world_size:
+        raise ConfigError("faults.fail_rank", faults.fail_rank, f"a rank in 0..{world_size - 1}")
+
+
+def rank_speed_factors(het: Heterogeneity, base_gpu: GPU, world_size: int, gpus_per_node: int,
+                       compute_time_of: Any = None) -> np.ndarray:
+    """Persistent per-rank slowdowns (>= 1 for slow nodes): slow nodes x slow_factor; a rank
+    of another GPU type x (its compute time / the cluster GPU's), from ``compute_time_of(gpu)``."""
+    factors = np.ones(world_size)
+    if het.slow_nodes:
+        factors[world_size - het.slow_nodes * gpus_per_node:] *= het.slow_factor
+    end = world_size
+    for gpu, count in het.mixed_gpus:
+        ratio = compute_time_of(gpu) / compute_time_of(base_gpu) if compute_time_of else 1.0
+        factors[end - count:end] *= ratio
+        end -= count
+    return factors
+
+
+def lognormal_jitter(rng: np.random.Generator, cv: float, shape: tuple[int, ...]) -> np.ndarray:
+    """Multiplicative jitter, lognormal with mean 1 and coefficient of variation ``cv``
+    (sigma^2 = ln(1 + cv^2), mu = -sigma^2 / 2), drawn as ``shape`` = (iterations, ranks).
+
+    Each rank's draws are rescaled so that their mean over the run is exactly 1: jitter moves a
+    rank's time between iterations but neither adds nor removes work, so any slowdown of
+    synchronous training is the cost of waiting for the slowest rank, not of more compute."""
+    if cv == 0:
+        return np.ones(shape)
+    sigma2 = math.log1p(cv * cv)
+    draws = rng.lognormal(mean=-sigma2 / 2, sigma=math.sqrt(sigma2), size=shape)
+    return draws / draws.mean(axis=0, keepdims=True)
