@@ -8,10 +8,12 @@ turns these definitions into the CSV tables under ``sim/data/workloads/``.
 
 from __future__ import annotations
 
+from real.models.large import LARGE_MODELS
 from real.models.small import SMALL_MODELS, ModelSpec
 
-MODELS: dict[str, ModelSpec] = dict(SMALL_MODELS)
-"""name -> spec; the CPU-sized models run in the harness, the large ones only on meta tensors."""
+MODELS: dict[str, ModelSpec] = {**SMALL_MODELS, **LARGE_MODELS}
+"""name -> spec; the CPU-sized models run in the harness, the large ones (``cpu_sized=False``)
+are built on the meta device to derive their tables."""
 
 
 def model_spec(name: str) -> ModelSpec:
