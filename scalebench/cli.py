@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("scalebench.commands.bench", "time the simulator itself at 64 to 16,384 GPUs"),
     "calibrate": ("scalebench.commands.calibrate", "measure this machine and write a calibration the simulator loads"),
     "real": ("scalebench.commands.real", "run a scenario for real with torch.distributed (gloo/NCCL) and measure it"),
+    "validate": ("scalebench.commands.validate", "measure a sweep for real, predict it calibrated, report the error"),
 }
 
 

@@ -1,0 +1,79 @@
+"""One validation point, both ways: the real harness' spec and the simulator's scenario.
+
+Measuring goes through ``real.measure.measure_point`` (the harness' own row); predicting builds
+the same workload, cluster and strategy for the simulator, with the calibrated device
+(``cpu_local``), the calibrated per-layer times for that many co-located ranks
+(``sim.calibration.apply_calibration``) and the gloo link fitted at that world size.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from sim.calibration import Calibration, apply_calibration
+from sim.catalog import Catalog
+from sim.config import scenario_from_dict
+from validation.calib import link_for
+from validation.config import Point
+
+CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
+"""The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
+HARNESS_MODULES = {"codec": "real.strategies.hooks", "ps_sync": "real.strategies.ps",
+                   "pipeline": "real.strategies.pipeline"}
+PIPELINE_SCHEDULE = "gpipe"
+
+
+def _strategy(point: Point) -> dict[str, Any]:
+    if point.strategy == "ps_sync":
+        return {"collective": "ps", "ps_servers": 1, "bucket_mib": point.bucket_mib, "overlap": point.overlap}
+    if point.strategy == "pipeline":
+        return {"kind": "pipeline", "pp": point.ranks, "micro_batches": point.microbatches,
+                "schedule": PIPELINE_SCHEDULE}
+    out: dict[str, Any] = {"bucket_mib": point.bucket_mib, "overlap": point.overlap}
+    if CODEC_NAMES[point.codec]:
+        out["codec"] = CODEC_NAMES[point.codec]
+    return out
+
+
+def real_spec(point: Point) -> dict[str, Any]:
+    """The scenario dict measure_point runs (the cluster's gpu and links are the simulator's
+    placeholders; the harness ignores them)."""
+    real: dict[str, Any] = {"strategy": point.strategy}
+    if point.codec != "fp32":
+        real["compression"] = CODEC_NAMES[point.codec]
+    if point.strategy == "pipeline":
+        real.update({"microbatches": point.microbatches, "schedule": PIPELINE_SCHEDULE})
+    return {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
+            "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": "cpu"},
+            "strategy": _strategy(point), "simulation": {"check_memory": False}, "real": real}
+
+
+def harness_gap(point: Point) -> str | None:
+    """Why the harness in this checkout cannot run ``point`` yet (None: it can)."""
+    module = HARNESS_MODULES["codec"] if point.codec != "fp32" else HARNESS_MODULES.get(point.strategy)
+    if module and importlib.util.find_spec(module) is None:
+        return f"not in the real harness of this checkout yet ({module.replace('.', '/')}.py missing)"
+    return None
+
+
+def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
+    collective = "sendrecv" if point.strategy == "pipeline" else "allreduce"
+    link = link_for(cal, point.link, point.ranks, collective) if point.ranks > 1 else link_for(cal, "loopback", 2)
+    spec = {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
+            "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": cal.device_name,
+                        "intra_link": link, "inter_link": link},
+            "strategy": _strategy(point), "simulation": {"check_memory": False}}
+    scenario = scenario_from_dict(spec, catalog)
+    return apply_calibration(scenario, cal)
+
+
+def predict(point: Point, cal: Calibration, catalog: Catalog) -> dict[str, Any]:
+    """The simulator's row for ``point`` (metrics of one iteration)."""
+    from sim.simulate import simulate
+
+    scenario = sim_scenario(point, cal, catalog)
+    result = simulate(scenario)
+    row = result.metrics()
+    row["intra_link"] = scenario.cluster.intra_link.name
+    return row
