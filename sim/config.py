@@ -106,6 +106,10 @@ def validate_scenario(scenario: Scenario) -> None:
         raise ConfigError("simulation.fidelity", "detailed",
                           f"fast when tp * pp > 1 or micro_batches > 1 (tp={s.tp}, pp={s.pp}, "
                           f"micro_batches={s.micro_batches}): the detailed mode simulates data parallelism")
+    if scenario.fidelity == "detailed" and s.codec is not None:
+        raise ConfigError("simulation.fidelity", "detailed",
+                          f"fast with strategy.codec={s.codec} (the detailed mode's per-rank schedules send "
+                          "uncompressed gradients)")
     if s.model_parallel:
         from sim.parallel import check_placement
 
@@ -141,7 +145,7 @@ def scenario_columns(scenario: Scenario) -> dict[str, Any]:
         "overlap": s.overlap,
         "precision": s.precision,
         "codec": s.codec or s.precision,
-        "codec_path": s.resolved_codec_path() or "allreduce",
+        "codec_path": s.resolved_codec_path() or "",
         "dp": s.dp_degree(c.world_size),
         "tp": s.tp,
         "pp": s.pp,

@@ -68,6 +68,8 @@ def memory_per_rank(scenario: Scenario) -> list[MemoryBreakdown]:
         layers = workload.layers[lo:hi]
         params = sum(layer.param_count for layer in layers) / tp
         state = OPTIMIZER_STATE_BYTES[workload.optimizer] + (MASTER_WEIGHTS_BYTES if dtype < 4 else 0)
+        if strategy.collective == "ps":
+            state = 0  # parameter servers apply the update and keep its state
         acts = micro * sum(layer.activation_elems for layer in layers) * dtype / tp
         stash = (stash_micro_batches(strategy.schedule, pp, m, s) - 1) * acts if pp > 1 else 0.0
         out.append(MemoryBreakdown(s, params * dtype, params * dtype, params * state, acts, stash,

@@ -120,4 +120,6 @@ class IterationResult:
             "tp_comm_time_s": self.tp_comm_time_s,
             "pp_comm_time_s": self.pp_comm_time_s,
             "memory_bytes": self.memory_bytes,
+            # one synchronous iteration applies fresh gradients; sim.run.RunResult reports runs
+            "staleness_mean": 0.0,
         }

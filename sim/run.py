@@ -28,15 +28,11 @@ import numpy as np
 from sim.config import Scenario
 from sim.costs.compute import OPTIMIZER_TRAFFIC, layer_times_s
 from sim.costs.ps import even_placement, round_robin_placement
+from sim.costs.staleness import STALENESS_PENALTIES
 from sim.engine.async_ps import AsyncPlan, run_async_ps
 from sim.errors import require_positive
 from sim.faults import lognormal_jitter, rank_speed_factors
 from sim.strategy import DTYPE_BYTES
-
-STALENESS_PENALTIES: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "none": lambda tau: np.ones(len(tau)),
-    "inverse": lambda tau: 1.0 / np.maximum(1, tau),  # Zhang et al. 2016: learning rate / staleness
-}
 
 
 @dataclass(frozen=True)
@@ -154,11 +150,13 @@ def _sync_run(scenario: Scenario, iterations: int, rng: np.random.Generator) -> 
             cache[scale] = time_of(scale)
         step = cache[scale]
         if not failed and t + step > faults.fail_at_s:
+            # a failure while a checkpoint is being written is noticed when the write ends
+            fail_s = max(faults.fail_at_s, t)
             failed = True
-            lost += faults.fail_at_s - checkpoint_t
+            lost += fail_s - checkpoint_t
             lost_iterations += done - checkpoint_done
             done = checkpoint_done
-            t = faults.fail_at_s + faults.restart_s
+            t = fail_s + faults.restart_s
             checkpoint_t = t
             restarts += 1
             continue
@@ -200,6 +198,7 @@ def build_async_plan(scenario: Scenario, iterations: int, rng: np.random.Generat
         gpus_per_node=c.gpus_per_node,
         fail_rank=scenario.faults.fail_rank,
         fail_at_s=scenario.faults.fail_at_s,
+        max_staleness=scenario.strategy.max_staleness,
     )
 
 

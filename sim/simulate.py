@@ -35,8 +35,12 @@ def baseline_time_s(scenario: Scenario) -> float:
 
 def simulate(scenario: Scenario) -> IterationResult:
     """One training iteration of ``scenario``, with speedup and efficiency against one GPU."""
+    from sim.errors import ConfigError
     from sim.memory import memory_per_rank
 
+    if scenario.strategy.collective == "ps" and scenario.strategy.ps_mode == "async":
+        raise ConfigError("strategy.ps_mode", "async", "sync for one iteration; asynchronous training is a run: "
+                          "sim.run.simulate_run(scenario, iterations) or scalebench simulate --iterations N")
     result = _run(scenario)
     memory = max(b.total_bytes for b in memory_per_rank(scenario))
     return replace(result, baseline_time_s=baseline_time_s(scenario), memory_bytes=memory)

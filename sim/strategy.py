@@ -15,7 +15,6 @@ PS_MODES = ("sync", "async")
 PS_PLACEMENTS = ("sharded", "round_robin")
 """sharded: every server holds 1/P of every tensor; round_robin: whole layers placed on servers
 in turn (TensorFlow's replica_device_setter default, the seeds' first hands-on layout)."""
-STALENESS_PENALTIES = ("none", "inverse")
 COLLECTIVES = ("ring", "tree", "hierarchical", "ps")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -28,7 +27,7 @@ STRATEGY_KEYS = (
     "kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule",
-    "ps_mode", "ps_placement", "staleness_penalty",
+    "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
 )
 
 
@@ -66,7 +65,10 @@ class Strategy:
     """With collective=ps: sync (all workers' gradients per step) or async (one process per worker)."""
     ps_placement: str = "sharded"
     staleness_penalty: str = "inverse"
-    """Statistical efficiency of a stale update (sim/run.py): inverse = 1/max(1, staleness)."""
+    """Statistical efficiency of a stale update (sim/costs/staleness.py): inverse = 1/max(1, staleness)."""
+    max_staleness: int | None = None
+    """Asynchronous PS: a worker may run at most this many steps ahead of the slowest (stale
+    synchronous parallel, Ho et al. 2013); None: unbounded."""
 
     @property
     def grad_bytes_per_param(self) -> int:
@@ -88,6 +90,8 @@ class Strategy:
 
 
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
+    from sim.costs.staleness import STALENESS_PENALTIES
+
     spec = spec or {}
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(STRATEGY_KEYS))
@@ -129,6 +133,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         schedule=require_choice(f"{where}.schedule", spec.get("schedule", "1f1b"), SCHEDULES),
         ps_mode=require_choice(f"{where}.ps_mode", spec.get("ps_mode", "sync"), PS_MODES),
         ps_placement=require_choice(f"{where}.ps_placement", spec.get("ps_placement", "sharded"), PS_PLACEMENTS),
+        max_staleness=(None if spec.get("max_staleness") is None else
+                       require_positive(f"{where}.max_staleness", spec["max_staleness"], integer=True, allow_zero=True)),
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
     )

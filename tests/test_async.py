@@ -122,3 +122,23 @@ def test_async_needs_the_ps_collective():
 def test_bad_iterations():
     with pytest.raises(ConfigError):
         simulate_run(scenario_from_dict(spec()), 0)
+
+
+def test_bounded_staleness_holds_fast_workers_back():
+    """Stale synchronous parallel (Ho et al. 2013): with a 4x slow node, unbounded workers race
+    ahead; with a bound of s steps the fast ones wait, so staleness and throughput both drop.
+    An update read when the slowest had done k - s steps lands before any worker passes step
+    k + s + 1: at most (n - 1)(2 s + 2) other updates in between."""
+    slow = {"slow_nodes": 1, "slow_factor": 4.0}
+    free = run(n=8, het=slow, iterations=40)
+    for s in (0, 2):
+        bounded = run(n=8, het=slow, iterations=40, max_staleness=s)
+        assert bounded.samples_per_s < free.samples_per_s
+        assert len(bounded.staleness_histogram) - 1 <= 7 * (2 * s + 2)
+        assert len(bounded.staleness_histogram) - 1 < len(free.staleness_histogram) - 1
+
+
+def test_bounded_staleness_survives_a_failure():
+    """A failed worker stops holding the others back: the run still finishes."""
+    result = run(n=4, iterations=20, max_staleness=1, faults={"fail_rank": 2, "fail_at_s": 0.35})
+    assert result.updates >= 3 * 19 and result.lost_samples == 32

@@ -136,3 +136,13 @@ def test_bad_fault_and_heterogeneity_input(section, body, field):
 def test_no_failure_means_nothing_lost():
     run = simulate_run(scenario_from_dict(spec(4, faults={"checkpoint_interval_s": math.inf})), 5)
     assert run.lost_work_s == 0 and run.restarts == 0
+
+
+def test_failure_during_a_checkpoint_write_never_moves_time_backwards():
+    base = simulate_run(scenario_from_dict(spec(8)), 20)
+    t = base.iteration_times_s[0]
+    faults = {"fail_rank": 0, "fail_at_s": 10 * t + 0.1, "checkpoint_interval_s": 10 * t * (1 - 1e-9),
+              "checkpoint_s": 1.0, "restart_s": 0.5}
+    run = simulate_run(scenario_from_dict(spec(8, faults=faults)), 20)
+    assert run.lost_work_s >= 0 and run.restarts == 1
+    assert run.wall_time_s >= base.wall_time_s + 0.5

@@ -75,3 +75,10 @@ def test_overflow_names_what_and_by_how_much():
 
 def test_check_can_be_turned_off():
     scenario_from_dict(spec(params=1_000_000_000, gpu="k80", check=False))
+
+
+def test_parameter_server_workers_keep_no_optimizer_state():
+    [ring] = memory_per_rank(scenario_from_dict(spec()))
+    [ps] = memory_per_rank(scenario_from_dict(spec(collective="ps", ps_mode="async")))
+    assert ring.optimizer_bytes == 8 * 4_000_000 and ps.optimizer_bytes == 0
+    assert ps.params_bytes == ring.params_bytes

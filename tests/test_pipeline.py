@@ -182,3 +182,55 @@ def test_pipeline_metrics_columns():
         assert column in row
     assert row["bubble_time_s"] > 0 and row["data_parallel"] == 1
     replace(result)  # frozen dataclass stays constructible
+
+
+def test_cli_bad_degrees_exit_2(capsys):
+    from scalebench.cli import main
+
+    code = main(["simulate", "--model", "mlp", "--gpus", "32", "--gpus-per-node", "8", "--dp", "2", "--tp", "4", "--pp", "2"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "strategy.dp * tp * pp" in err and "2 * 4 * 2 = 16" in err and "32" in err
+
+
+def test_cli_hybrid_breakdown_and_run(capsys):
+    from scalebench.cli import main
+
+    assert main(["simulate", "--model", "mlp", "--gpus", "16", "--gpus-per-node", "8", "--tp", "2", "--pp", "2",
+                 "--micro-batches", "4", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "bubble_time_s" in out.splitlines()[0]
+    assert main(["simulate", "--model", "mlp", "--gpus", "8", "--collective", "ps", "--ps-mode", "async",
+                 "--iterations", "5"]) == 0
+    assert "staleness" in capsys.readouterr().out
+
+
+@settings(max_examples=30, deadline=None)
+@given(collective=st.sampled_from(["ring", "tree", "hierarchical", "ps"]),
+       codec=st.sampled_from([None, "fp16", "bf16", "fp8_e4m3", "int8"]), m=st.sampled_from([1, 2, 4, 8]),
+       error_feedback=st.booleans(), schedule=st.sampled_from(["gpipe", "1f1b"]))
+def test_one_gpu_communicates_nothing(collective, codec, m, error_feedback, schedule):
+    strategy = {"collective": collective, "micro_batches": m, "schedule": schedule, "error_feedback": error_feedback}
+    if codec:
+        strategy["codec"] = codec
+    result = simulate(scenario_from_dict(spec(uniform_layers(4, params=1000, acts=100), gpus=1, per_node=1, intra="net",
+                                              inter="net", **strategy)))
+    assert result.bytes_by_link == {"intra": 0.0, "inter": 0.0}
+    assert result.comm_time_s == 0 and result.codec_time_s == 0 and result.tp_comm_time_s == 0
+    assert result.pp_comm_time_s == 0
+
+
+def test_detailed_fidelity_refuses_codecs_it_cannot_send():
+    """The detailed per-rank schedules send uncompressed gradients: refuse rather than disagree."""
+    base = spec(uniform_layers(4, params=1000), gpus=4, per_node=4, codec="fp16")
+    with pytest.raises(ConfigError, match="strategy.codec=fp16"):
+        scenario_from_dict({**base, "simulation": {"fidelity": "detailed"}})
+
+
+def test_one_iteration_of_async_ps_is_refused():
+    from sim.run import simulate_run
+
+    scenario = scenario_from_dict(spec(uniform_layers(4, params=1000), gpus=4, per_node=4, collective="ps", ps_mode="async"))
+    with pytest.raises(ConfigError, match="simulate_run"):
+        simulate(scenario)
+    assert simulate_run(scenario, 3).mode == "async"

@@ -1,4 +1,5 @@
-"""scalebench bench: how fast the simulator itself is, at 64 to 16,384 GPUs.
+"""scalebench bench: how fast the simulator itself is, at 64 to 16,384 GPUs, and on a
+1,024-worker asynchronous parameter-server run of 100 iterations (target: at most 2 s on 2 cores).
 
 Each point runs in a fresh child process (``python -m scalebench.commands.bench --one ...``)
 so its wall time and peak memory (ru_maxrss) are its own; the table shows the median of
@@ -23,6 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collective", default="ring")
     parser.add_argument("--repeats", type=int, default=5, help="runs per point; the median is shown")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument("--async-workers", type=int, default=1024,
+                        help="workers of the asynchronous PS run (one SimPy process each); 0 skips it")
+    parser.add_argument("--async-iterations", type=int, default=100, help="steps per asynchronous worker")
+    parser.add_argument("--async-servers", type=int, default=8, help="parameter servers of the asynchronous run")
+    parser.add_argument("--async-jitter-cv", type=float, default=0.2,
+                        help="per-worker compute jitter (lognormal CV) of the asynchronous run")
 
 
 def _scenario_spec(model: str, gpus: int, per_node: int, collective: str) -> dict:
@@ -32,6 +39,35 @@ def _scenario_spec(model: str, gpus: int, per_node: int, collective: str) -> dic
         "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr"},
         "strategy": {"collective": collective},
     }
+
+
+def _async_spec(model: str, workers: int, per_node: int, servers: int, jitter_cv: float) -> dict:
+    return {
+        "name": f"bench-async-ps-{model}-{workers}",
+        "workload": {"model": model},
+        "cluster": {"gpus": workers, "gpus_per_node": min(per_node, workers), "gpu": "v100",
+                    "intra_link": "nvlink2", "inter_link": "ib_edr"},
+        "strategy": {"collective": "ps", "ps_mode": "async", "ps_servers": servers},
+        "heterogeneity": {"jitter_cv": jitter_cv},
+    }
+
+
+def measure_run(spec: dict, iterations: int) -> dict:
+    """Time simulate_run() on one scenario in this process (imports excluded), with peak RSS."""
+    import resource
+    import time
+
+    from sim.config import scenario_from_dict
+    from sim.run import simulate_run
+
+    start = time.perf_counter()
+    cpu = time.process_time()
+    result = simulate_run(scenario_from_dict(spec), iterations)
+    wall = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "events": result.events,
+            "updates": result.updates, "samples_per_s": result.samples_per_s,
+            "staleness_mean": result.staleness_mean, "peak_rss_mib": peak_kib / 1024}
 
 
 def measure_one(spec: dict) -> dict:
@@ -78,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
             "scaling_efficiency": runs[0]["scaling_efficiency"],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
         })
+    async_row = _bench_async(args) if args.async_workers else None
     if args.format == "table":
         print(f"scalebench bench: {args.model}, synchronous data parallel, {args.collective} allreduce, "
               f"{args.gpus_per_node} GPUs/node, v100 + nvlink2 + ib_edr; median of {args.repeats} runs")
@@ -88,12 +125,52 @@ def run(args: argparse.Namespace) -> int:
             print(f"{r['gpus']:>7} {r['wall_s_median']:>14.4f} {r['wall_s_min']:>7.4f}-{r['wall_s_max']:<8.4f} "
                   f"{r['events']:>8} {r['iteration_time_s'] * 1e3:>15.3f} {100 * r['scaling_efficiency']:>11.1f} "
                   f"{r['peak_rss_mib']:>10.1f}")
+        if async_row:
+            r = async_row
+            print(f"\nasynchronous PS: {r['workers']} workers x {r['iterations']} steps, {args.async_servers} servers, "
+                  f"jitter CV {args.async_jitter_cv}; median of {args.repeats} runs")
+            print(f"{'workers':>7} {'wall (median)':>14} {'cpu (median)':>13} {'events':>8} {'updates':>8} "
+                  f"{'samples/s':>12} {'staleness':>10} {'peak RSS':>10}")
+            print(f"{'':>7} {'s':>14} {'s':>13} {'':>8} {'':>8} {'':>12} {'mean':>10} {'MiB':>10}")
+            print(f"{r['workers']:>7} {r['wall_s_median']:>14.3f} {r['cpu_s_median']:>13.3f} {r['events']:>8} "
+                  f"{r['updates']:>8} {r['samples_per_s']:>12,.0f} {r['staleness_mean']:>10.1f} {r['peak_rss_mib']:>10.1f}")
     else:
         from scalebench.commands.common import format_rows, write_out
 
+        if async_row:
+            rows.append({"gpus": async_row["workers"], "wall_s_median": async_row["wall_s_median"],
+                         "wall_s_min": async_row["wall_s_min"], "wall_s_max": async_row["wall_s_max"],
+                         "events": async_row["events"], "iteration_time_s": float("nan"),
+                         "scaling_efficiency": float("nan"), "peak_rss_mib": async_row["peak_rss_mib"]})
         write_out(format_rows(rows, args.format))
     return 0
 
 
+def _bench_async(args: argparse.Namespace) -> dict:
+    from sim.errors import require_positive
+
+    require_positive("--async-workers", args.async_workers, integer=True)
+    require_positive("--async-iterations", args.async_iterations, integer=True)
+    require_positive("--async-servers", args.async_servers, integer=True)
+    require_positive("--async-jitter-cv", args.async_jitter_cv, allow_zero=True)
+    spec = _async_spec(args.model, args.async_workers, args.gpus_per_node, args.async_servers, args.async_jitter_cv)
+    runs = []
+    for _ in range(args.repeats):
+        out = subprocess.run([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec), str(args.async_iterations)],
+                             capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout))
+    return {
+        "workers": args.async_workers, "iterations": args.async_iterations,
+        "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+        "wall_s_min": min(r["wall_s"] for r in runs), "wall_s_max": max(r["wall_s"] for r in runs),
+        "cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
+        "events": runs[0]["events"], "updates": runs[0]["updates"], "samples_per_s": runs[0]["samples_per_s"],
+        "staleness_mean": runs[0]["staleness_mean"], "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+    }
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure_one(json.loads(sys.argv[1]))))
+    if len(sys.argv) > 2:
+        print(json.dumps(measure_run(json.loads(sys.argv[1]), int(sys.argv[2]))))
+    else:
+        print(json.dumps(measure_one(json.loads(sys.argv[1]))))

@@ -26,6 +26,17 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any]] = {
     "bucket_mib": ("strategy", "bucket_mib", float),
     "precision": ("strategy", "precision", str),
     "fidelity": ("simulation", "fidelity", str),
+    "codec": ("strategy", "codec", str),
+    "codec_path": ("strategy", "codec_path", str),
+    "dp": ("strategy", "dp", int),
+    "tp": ("strategy", "tp", int),
+    "pp": ("strategy", "pp", int),
+    "micro_batches": ("strategy", "micro_batches", int),
+    "schedule": ("strategy", "schedule", str),
+    "ps_mode": ("strategy", "ps_mode", str),
+    "ps_placement": ("strategy", "ps_placement", str),
+    "seed": ("simulation", "seed", int),
+    "jitter_cv": ("heterogeneity", "jitter_cv", float),
 }
 
 
@@ -54,6 +65,8 @@ def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -
             part[key] = value
             if flag == "gpus":
                 part.pop("nodes", None)
+            if flag in ("tp", "pp") and value > 1 and part.get("kind", "data_parallel") == "data_parallel":
+                part["kind"] = "hybrid"
     if args.overlap is not None:
         spec.setdefault("strategy", {})["overlap"] = args.overlap
     return spec

@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
     parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto timeline of the iteration")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="simulate a run of this many iterations (stragglers, failures, asynchronous PS)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
     scenario = scenario_from_dict(scenario_dict_from_args(args, DEFAULT_SCENARIO), catalog)
+    if args.iterations is not None:
+        return _run_many(scenario, args)
     result = simulate(scenario)
     row = {**scenario_columns(scenario), **result.metrics(), "source": "sim"}
     if args.format == "table":
@@ -42,6 +46,32 @@ def run(args: argparse.Namespace) -> int:
         write_out(format_rows([row], args.format))
     if args.trace:
         atomic_write_json(args.trace, chrome_trace(result, title=scenario.name))
+    return 0
+
+
+def _run_many(scenario, args: argparse.Namespace) -> int:
+    from sim.config import scenario_columns
+    from sim.errors import require_positive
+    from sim.run import simulate_run
+
+    run = simulate_run(scenario, require_positive("--iterations", args.iterations, integer=True))
+    row = {**scenario_columns(scenario), **run.metrics(), "source": "sim"}
+    if args.format != "table":
+        write_out(format_rows([row], args.format))
+        return 0
+    hist = run.staleness_histogram
+    lines = [
+        f"{row['model']} x {run.workers} {row['gpu']}: {run.mode} "
+        f"{row['collective']}, {run.iterations} iterations (seed {scenario.seed})",
+        f"  wall time          {run.wall_time_s:.6g} s",
+        f"  samples/s          {run.samples_per_s:,.0f}",
+        f"  effective/s        {run.effective_samples_per_s:,.0f}  (stale updates weighted 1/staleness, Zhang et al. 2016)"
+        if scenario.strategy.staleness_penalty == "inverse" else f"  effective/s        {run.effective_samples_per_s:,.0f}",
+        f"  updates            {run.updates}",
+        f"  staleness          mean {run.staleness_mean:.2f}, max {len(hist) - 1}",
+        f"  lost work          {run.lost_work_s:.6g} s, {run.lost_samples:,.0f} samples, {run.restarts} restarts",
+    ]
+    write_out("\n".join(lines) + "\n")
     return 0
 
 
@@ -57,7 +87,8 @@ def breakdown_table(row: dict) -> str:
         f"{row['model']} x {row['world_size']} {row['gpu']} ({row['nodes']} nodes x {row['gpus_per_node']}), "
         f"intra {row['intra_link']}, inter {row['inter_link']}; {row['strategy']} {row['collective']}, "
         f"bucket {row['bucket_mib']:g} MiB, overlap {'on' if row['overlap'] else 'off'}, {row['precision']}, "
-        f"batch {row['batch_size']}/GPU ({row['fidelity']} fidelity)",
+        f"batch {row['batch_size']}/{'GPU' if row.get('dp', row['world_size']) == row['world_size'] else 'replica'} "
+        f"({row['fidelity']} fidelity)",
         "",
         f"  {'iteration':<26}{human_seconds(it):>12}",
         f"  {'  forward':<26}{human_seconds(row['forward_time_s']):>12}  {pct(row['forward_time_s'])}",
@@ -67,9 +98,25 @@ def breakdown_table(row: dict) -> str:
         f"  {'communication (busy)':<26}{human_seconds(row['comm_time_s']):>12}  in {row['buckets']} buckets",
         f"  {'bytes on intra-node links':<26}{human_bytes(row['bytes_intra']):>12}  (cluster total)",
         f"  {'bytes on inter-node links':<26}{human_bytes(row['bytes_inter']):>12}  (cluster total)",
+        *_extra_lines(row, human_seconds, human_bytes, pct),
         "",
         f"  throughput  {row['throughput_samples_per_s']:,.0f} samples/s",
         f"  speedup     {row['speedup']:.1f}x over 1 GPU (weak scaling, same per-GPU batch)",
         f"  efficiency  {100 * row['scaling_efficiency']:.1f} %  (T1 / TN; 1 GPU: {human_seconds(row['baseline_time_s'])})",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:
+    """Lines for the breadth columns, shown only when they apply."""
+    lines = []
+    if row.get("tp", 1) > 1 or row.get("pp", 1) > 1:
+        lines.append(f"  {'layout dp x pp x tp':<26}{row['dp']} x {row['pp']} x {row['tp']}, "
+                     f"{row['micro_batches']} micro-batches{', ' + row['schedule'] if row['schedule'] else ''}")
+    for key, label in (("bubble_time_s", "pipeline bubble"), ("pp_comm_time_s", "stage sends (busiest)"),
+                       ("tp_comm_time_s", "tensor-parallel allreduce"), ("codec_time_s", f"codec {row.get('codec', '')}")):
+        if row.get(key):
+            lines.append(f"  {'  ' + label:<26}{human_seconds(row[key]):>12}  {pct(row[key])}")
+    if row.get("memory_bytes"):
+        lines.append(f"  {'memory per rank (peak)':<26}{human_bytes(row['memory_bytes']):>12}")
+    return lines

@@ -27,7 +27,7 @@ def stash_micro_batches(schedule: str, p: int, m: int, stage: int) -> int:
 
 def balance_stages(costs: list[float], p: int) -> list[tuple[int, int]]:
     """Contiguous split of layers into p non-empty stages minimising the slowest stage's cost
-    (linear partition by dynamic programming, O(p L^2)); returns [start, end) per stage."""
+    (linear partition by dynamic programming, O(p L^2) at worst, pruned); returns [start, end) per stage."""
     n = len(costs)
     if not 1 <= p <= n:
         raise ValueError(f"cannot split {n} layers into {p} stages")
@@ -39,8 +39,11 @@ def balance_stages(costs: list[float], p: int) -> list[tuple[int, int]]:
     best[0][0] = 0.0
     for k in range(1, p + 1):
         for j in range(k, n - (p - k) + 1):
-            for i in range(k - 1, j):
-                value = max(best[k - 1][i], prefix[j] - prefix[i])
+            for i in range(j - 1, k - 2, -1):
+                segment = prefix[j] - prefix[i]
+                if segment >= best[k][j]:
+                    break  # longer last stages only cost more
+                value = best[k - 1][i] if best[k - 1][i] > segment else segment
                 if value < best[k][j]:
                     best[k][j], cut[k][j] = value, i
     bounds = []

@@ -38,6 +38,8 @@ class AsyncPlan:
     gpus_per_node: int
     fail_rank: int | None = None
     fail_at_s: float = math.inf
+    max_staleness: int | None = None
+    """Stale synchronous parallel bound in steps; None: fully asynchronous."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,12 @@ class _Servers:
     def __init__(self, plan: AsyncPlan, workers: int):
         self.plan = plan
         nodes = -(-workers // plan.gpus_per_node)
-        # per server: (bytes, NIC seconds per transfer, update seconds)
+        # per server: (bytes, NIC seconds per transfer, update seconds). Every request goes to
+        # every server in the same order, so servers holding equal shards have identical
+        # free-at times: one of them stands for all (exact, and O(1) per request).
         self.servers = [(size, size / plan.server_Bps, upd) for size, upd in zip(plan.server_bytes, plan.update_s, strict=True)]
+        if len(set(self.servers)) == 1:
+            self.servers = self.servers[:1]
         self.out_free = [0.0] * len(self.servers)
         self.in_free = [0.0] * len(self.servers)
         self.cpu_free = [0.0] * len(self.servers)
@@ -103,6 +109,39 @@ class _Servers:
         return end
 
 
+class _StepBound:
+    """Stale synchronous parallel (Ho et al. 2013, 'More Effective Distributed ML via a Stale
+    Synchronous Parallel Parameter Server'): a worker may start step k only while
+    k - (steps done by the slowest live worker) <= bound. ``reached[k]`` counts live workers
+    that have done at least k steps, so the slowest's count advances in amortised O(1)."""
+
+    def __init__(self, env: simpy.Environment, workers: int, steps: int, bound: int):
+        self.env, self.bound, self.alive = env, bound, workers
+        self.reached = [workers] + [0] * (steps + 1)
+        self.slowest = 0
+        self.advanced = env.event()
+
+    def finished(self, done: int) -> None:
+        self.reached[done] += 1
+        self._advance()
+
+    def left(self, done: int) -> None:
+        """A failed worker no longer holds the others back."""
+        for k in range(done + 1):
+            self.reached[k] -= 1
+        self.alive -= 1
+        self._advance()
+
+    def _advance(self) -> None:
+        moved = False
+        while self.slowest + 1 < len(self.reached) and self.reached[self.slowest + 1] >= self.alive:
+            self.slowest += 1
+            moved = True
+        if moved:
+            event, self.advanced = self.advanced, self.env.event()
+            event.succeed()
+
+
 def run_async_ps(plan: AsyncPlan) -> AsyncRun:
     steps, workers = plan.compute_s.shape
     env = simpy.Environment()
@@ -112,12 +151,16 @@ def run_async_ps(plan: AsyncPlan) -> AsyncRun:
     events = [0]
     finish = [math.inf] * workers
     columns = plan.compute_s.T.tolist()  # python floats: numpy scalars are slow in this loop
+    bound = None if plan.max_staleness is None else _StepBound(env, workers, steps, plan.max_staleness)
 
     def worker(w: int):
         node = w // plan.gpus_per_node
         deadline = plan.fail_at_s if w == plan.fail_rank else math.inf
         timeout, pull, push = env.timeout, servers.pull_done_at, servers.push_applied_at
-        for compute_s in columns[w]:
+        for k, compute_s in enumerate(columns[w]):
+            while bound is not None and k - bound.slowest > bound.bound:
+                events[0] += 1
+                yield bound.advanced
             begun = env.now
             read = servers.version
             # the pull (server and node NICs) then the computation: nothing shared in between
@@ -125,13 +168,17 @@ def run_async_ps(plan: AsyncPlan) -> AsyncRun:
             pushed = env.now
             if pushed >= deadline:
                 lost[0] = deadline - begun
-                events[0] += 1
+                events[0] += 1 + 2 * done[w]
+                if bound is not None:
+                    bound.left(done[w])
                 return
             yield timeout(push(pushed, node) - pushed)
             servers.staleness.append(servers.version - read)
             servers.applied_s.append(env.now)
             servers.version += 1
             done[w] += 1
+            if bound is not None:
+                bound.finished(done[w])
         events[0] += 2 * done[w]
         finish[w] = env.now
 
