@@ -9,11 +9,13 @@ the same workload, cluster and strategy for the simulator, with the calibrated d
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from typing import Any
 
-from sim.calibration import Calibration, apply_calibration
+from sim.calibration import Calibration, apply_calibration, layer_times_s
 from sim.catalog import Catalog
 from sim.config import scenario_from_dict
+from sim.errors import ConfigError
 from validation.calib import link_for
 from validation.config import Point
 
@@ -65,7 +67,46 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
                         "intra_link": link, "inter_link": link},
             "strategy": _strategy(point), "simulation": {"check_memory": False}}
     scenario = scenario_from_dict(spec, catalog)
-    return apply_calibration(scenario, cal)
+    try:
+        return apply_calibration(scenario, cal)
+    except ConfigError:
+        return apply_coarse_calibration(scenario, cal)
+
+
+def _unit_of(name: str, sep: str) -> int | None:
+    head = name.split(sep, 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def apply_coarse_calibration(scenario, cal: Calibration):
+    """Calibrated units coarser than the zoo's layers (a profile times torch's top-level children,
+    e.g. ``1_block``; the zoo splits that block into ``1.attn.qkv``, ``1.fc`` ...): each zoo layer
+    belongs to the child its name starts with, and takes a share of that child's measured time
+    proportional to its FLOPs (forward FLOPs for forward, backward FLOPs for backward; parameters
+    where the child counts no FLOPs, equal shares where it has neither)."""
+    w = scenario.workload
+    names, fwd, bwd = layer_times_s(cal, w.name, w.batch_size, scenario.cluster.gpus_per_node)
+    units = {_unit_of(n, "_"): (f, b) for n, f, b in zip(names, fwd, bwd, strict=True)}
+    owner = [_unit_of(layer.name, ".") for layer in w.layers]
+    if None in units or any(o not in units for o in owner):
+        raise ConfigError(f"calibration.workloads.{w.name}", names, "layers named after the zoo's or its torch children")
+
+    def shares(key) -> list[float]:
+        out = []
+        for i in range(len(w.layers)):
+            mates = [j for j, o in enumerate(owner) if o == owner[i]]
+            weights = [key(w.layers[j]) for j in mates]
+            if sum(weights) <= 0:
+                weights = [float(w.layers[j].param_count) for j in mates]
+            if sum(weights) <= 0:
+                weights = [1.0] * len(mates)
+            out.append(weights[mates.index(i)] / sum(weights))
+        return out
+
+    f_share, b_share = shares(lambda x: x.fwd_flops), shares(lambda x: x.bwd_flops)
+    layers = tuple(replace(layer, fwd_time_s=units[owner[i]][0] * f_share[i], bwd_time_s=units[owner[i]][1] * b_share[i])
+                   for i, layer in enumerate(w.layers))
+    return replace(scenario, workload=replace(w, layers=layers))
 
 
 def predict(point: Point, cal: Calibration, catalog: Catalog) -> dict[str, Any]:
