@@ -172,3 +172,21 @@ def test_exit_code_follows_the_threshold(tmp_path, factor, status):
         assert (out / name).stat().st_size > 0
     text = (out / "summary.md").read_text()
     assert ("PASS" if status == 0 else "FAIL") in text
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_real_vs_sim_small_point(tmp_path):
+    """Measure -> calibrate -> predict -> compare for real on two small points (minutes).
+
+    Tolerance 50% MAPE: timings here vary by +-15% between runs and more on a shared machine;
+    a model that ignored co-location (2 ranks on 2 cores) or the gloo link would miss by more."""
+    pytest.importorskip("torch")
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 50, "min_points": 2},
+            "measure": {"iterations": 6, "warmup": 2, "timeout_s": 90},
+            "calibration": {"dir": str(tmp_path / "cal"), "models": ["small_cnn"], "colocated": [1, 2],
+                            "ranks": [2], "links": ["loopback"], "max_bytes": 2**21, "iterations": 5},
+            "sweeps": [{"model": "small_cnn", "ranks": 2, "overlap": [True, False]}]}
+    assert main(["validate", "--config", str(_write(tmp_path, spec))]) == 0
+    rows = (tmp_path / "out" / "validation.csv").read_text().splitlines()
+    assert len(rows) == 3

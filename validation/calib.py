@@ -22,6 +22,7 @@ from sim.cluster import Cluster
 from sim.costs.collectives import collective_time_s, ring_allgather, ring_allreduce
 from sim.costs.network import message_time_s
 from sim.errors import ConfigError
+from validation.microbench import CODECS_FILE, FRAMEWORK_FILE, calibrate_codecs, calibrate_framework
 
 FIT_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "sendrecv": "sendrecv"}
 
@@ -93,6 +94,10 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
                   links=links, collectives=("allreduce", "allgather", "sendrecv"),
                   max_bytes=int(settings.get("max_bytes", 4 * 2**20)), iterations=int(settings.get("iterations", 8)),
                   warmup=2, progress=progress)
+    if settings.get("framework_ranks") and (recalibrate or not (directory / FRAMEWORK_FILE).exists()):
+        calibrate_framework(directory, tuple(settings["framework_ranks"]), progress=progress)
+    if settings.get("codec_ranks") and (recalibrate or not (directory / CODECS_FILE).exists()):
+        calibrate_codecs(directory, tuple(settings["codec_ranks"]), progress=progress)
     return load_calibration(directory)
 
 

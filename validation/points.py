@@ -15,9 +15,12 @@ from typing import Any
 from sim.calibration import Calibration, apply_calibration, layer_times_s
 from sim.catalog import Catalog
 from sim.config import scenario_from_dict
+from sim.costs.colocation import shared_device
 from sim.errors import ConfigError
+from sim.workload import Layer
 from validation.calib import link_for
 from validation.config import Point
+from validation.microbench import framework_overhead_s, reduce_ns_for
 
 CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
 """The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
@@ -62,15 +65,38 @@ def harness_gap(point: Point) -> str | None:
 def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     collective = "sendrecv" if point.strategy == "pipeline" else "allreduce"
     link = link_for(cal, point.link, point.ranks, collective) if point.ranks > 1 else link_for(cal, "loopback", 2)
+    strategy = _strategy(point)
+    if point.codec in ("fp16", "bf16"):
+        reduce_ns = reduce_ns_for(cal.path, point.codec, point.ranks)
+        if reduce_ns is not None:
+            strategy["codec_reduce_ns_per_elem"] = reduce_ns
     spec = {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
             "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": cal.device_name,
                         "intra_link": link, "inter_link": link},
-            "strategy": _strategy(point), "simulation": {"check_memory": False}}
+            "strategy": strategy, "simulation": {"check_memory": False}}
     scenario = scenario_from_dict(spec, catalog)
+    cores = int(cal.device.get("cores") or 1)
+    device = shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks)
+    scenario = replace(scenario, cluster=replace(scenario.cluster, gpu=device))
     try:
-        return apply_calibration(scenario, cal)
+        scenario = apply_calibration(scenario, cal)
     except ConfigError:
-        return apply_coarse_calibration(scenario, cal)
+        scenario = apply_coarse_calibration(scenario, cal)
+    if point.strategy == "ddp":
+        scenario = with_framework_overhead(scenario, framework_overhead_s(cal.path, point.ranks))
+    return scenario
+
+
+def with_framework_overhead(scenario, overhead_s: float):
+    """DDP's own per-iteration cost (hooks, bucket copies, hand-offs to gloo's threads), calibrated
+    on a one-layer model (validation/microbench.py), as a parameter-free step before the first
+    layer: it holds the compute stream and moves no gradient."""
+    if overhead_s <= 0:
+        return scenario
+    w = scenario.workload
+    step = Layer(name="ddp_framework", kind="overhead", param_count=0, fwd_flops=0.0, bwd_flops=0.0,
+                 activation_elems=0.0, fwd_time_s=overhead_s, bwd_time_s=0.0)
+    return replace(scenario, workload=replace(w, layers=(step, *w.layers)))
 
 
 def _unit_of(name: str, sep: str) -> int | None:
