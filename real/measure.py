@@ -36,6 +36,11 @@ def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_
     """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row."""
     scenario, options, raw = run_spec(spec, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
                                       link=link, topology=topology)
+    return row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
+
+
+def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, warmup: int, link: str | None,
+                 topology: str) -> dict[str, Any]:
     row = {**scenario_columns(scenario), **metrics_from_ranks(raw, scenario.workload.batch_size)}
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
                 "iterations": iterations, "warmup": warmup})
@@ -73,11 +78,12 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
 def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     ranks = raw["ranks"]
     world = int(raw["world"])
+    samplers = int(raw.get("workers", world))  # ranks that consume samples (not a PS server; 1 for a pipeline)
     iteration = slowest_per_iteration([r["iteration"] for r in ranks])
     it_s, it_iqr = median_iqr(iteration)
     out: dict[str, Any] = {"world_size": world}
     compute = [r["compute"] for r in ranks if r.get("compute")]
-    if len(compute) == world:
+    if compute and len(compute) == len(ranks):
         parts = [slowest_per_iteration([[row[k] for row in c] for c in compute]) for k in range(3)]
         totals = slowest_per_iteration([[sum(row) for row in c] for c in compute])
         comp_s, comp_iqr = median_iqr(totals)
@@ -85,7 +91,7 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     else:
         comp_s = comp_iqr = fwd_s = bwd_s = opt_s = NAN
     comm = [r["comm"] for r in ranks if r.get("comm")]
-    comm_s, comm_iqr = median_iqr(slowest_per_iteration(comm)) if len(comm) == world else (NAN, NAN)
+    comm_s, comm_iqr = median_iqr(slowest_per_iteration(comm)) if comm and len(comm) == len(ranks) else (NAN, NAN)
     baseline = ranks[0].get("baseline")
     base_s = median_iqr([sum(row) for row in baseline])[0] if baseline else NAN
     eff = base_s / it_s if it_s > 0 else NAN
@@ -97,9 +103,9 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "forward_time_s": fwd_s,
         "backward_time_s": bwd_s,
         "optimizer_time_s": opt_s,
-        "throughput_samples_per_s": world * batch_size / it_s,
+        "throughput_samples_per_s": samplers * batch_size / it_s,
         "baseline_time_s": base_s,
-        "speedup": world * eff,
+        "speedup": samplers * eff,
         "scaling_efficiency": eff,
         "bytes_intra": NAN,
         "bytes_inter": NAN,
@@ -109,10 +115,19 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "iteration_time_iqr_s": it_iqr,
         "compute_time_iqr_s": comp_iqr,
         "comm_time_iqr_s": comm_iqr,
-        "final_loss": ranks[0]["losses"][-1] if ranks[0].get("losses") else NAN,
+        "final_loss": _final_loss(ranks),
         "comm_path": ranks[0].get("comm_path", ""),
     })
-    for key in ("staleness_mean", "staleness_max", "bubble_fraction"):
-        if key in ranks[0]:
-            out[key] = ranks[0][key]
+    for key in ("staleness_mean", "staleness_max", "pipeline_stages", "microbatches"):
+        if key in raw:
+            out[key] = raw[key]
     return out
+
+
+def _final_loss(ranks: list[dict[str, Any]]) -> float:
+    """The last step's loss of the first rank that computed one (a pipeline's last stage)."""
+    for r in ranks:
+        losses = [v for v in r.get("losses", []) if v == v]
+        if losses:
+            return losses[-1]
+    return NAN

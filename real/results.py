@@ -75,6 +75,17 @@ def environment_columns(*, backend: str, link: str | None, topology: str, thread
     }
 
 
+def default_row_path(row: dict[str, Any], root: str | Path = "results/real") -> Path:
+    """results/real/<model>-<strategy>-<n>-<id>.csv, id = a hash of the row's config columns and link."""
+    import hashlib
+    import json
+
+    keys = ("scenario", "model", "batch_size", "world_size", "strategy", "collective", "ps_servers", "bucket_mib",
+            "overlap", "precision", "real_strategy", "compression", "backend", "link", "topology")
+    ident = hashlib.sha256(json.dumps({k: row.get(k) for k in keys}, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return Path(root) / f"{row['model']}-{row['real_strategy']}-{row['world_size']}-{ident}.csv"
+
+
 def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
     """CSV or JSON by the file's suffix; written atomically (never half a file)."""
     path = Path(path)

@@ -87,9 +87,12 @@ def run_job(job: dict[str, Any]) -> int:
     ctx.beat()
     _start_watchdog(ctx)
     try:
+        import warnings
+
         import torch
         import torch.distributed as dist
 
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
         torch.set_num_threads(_threads(ctx))
         backend = job.get("backend", "gloo")
         if backend == "nccl":
@@ -111,7 +114,8 @@ def run_job(job: dict[str, Any]) -> int:
             dist.destroy_process_group()
         return 0
     except Exception as err:  # one line per rank; the launcher names the first failure
-        detail = "".join(traceback.format_exception_only(type(err), err)).strip().splitlines()[-1]
+        lines = [line for line in str(err).splitlines() if line.strip()] or [""]
+        detail = f"{type(err).__name__}: {lines[0]}"
         print(f"rank {ctx.rank}: error: {detail}", file=sys.stderr, flush=True)
         if os.environ.get("SCALEBENCH_DEBUG"):
             traceback.print_exc()

@@ -45,8 +45,9 @@ def run_training(ctx) -> dict[str, Any]:
     iterations, warmup = int(job["iterations"]), int(job["warmup"])
     batch = scenario.workload.batch_size
     model = base_model(scenario)
+    data_rank = 0 if options.strategy == "pipeline" else ctx.rank  # pipeline stages share one batch
     batches = [(x.to(ctx.device), y.to(ctx.device))
-               for x, y in rank_batches(scenario.workload.name, batch, scenario.seed, ctx.rank)]
+               for x, y in rank_batches(scenario.workload.name, batch, scenario.seed, data_rank)]
     fault = options.fault or {}
     out: dict[str, Any] = {"rank": ctx.rank}
 
@@ -87,7 +88,8 @@ def run_training(ctx) -> dict[str, Any]:
     dist.all_gather_object(gathered, out)
     if ctx.rank != 0:
         return {}
-    return {"ranks": gathered, "world": ctx.world, "threads": torch.get_num_threads()}
+    return {"ranks": gathered, "world": ctx.world, "threads": torch.get_num_threads(),
+            **getattr(trainer, "summary", {})}
 
 
 def _inject(mode: str) -> None:

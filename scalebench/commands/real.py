@@ -41,7 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--iterations", type=int, default=20)
     g.add_argument("--warmup", type=int, default=3)
     g.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a run is stopped")
-    g.add_argument("--out", help="write the row(s) to this CSV or JSON file (atomically)")
+    g.add_argument("--out", help="write the row(s) to this CSV or JSON file (atomically); training rows go to "
+                   "results/real/<model>-<strategy>-<n>-<id>.csv unless given")
     g.add_argument("--format", choices=("table", "csv", "json"), default="table")
     g.add_argument("--comm", action="store_true", help="collective microbenchmarks instead of training")
     g.add_argument("--collectives", nargs="+", help="with --comm: which collectives (default: all)")
@@ -85,17 +86,15 @@ def run(args: argparse.Namespace) -> int:
 
         print(f"scalebench real: run failed: {err}", file=sys.stderr)
         return 1
-    if args.out:
-        from real.results import write_rows
+    from real.results import default_row_path, write_rows
 
-        write_rows(args.out, [row])
-    write_out(_table(row) if args.format == "table" else format_rows([row], args.format))
+    path = write_rows(args.out or default_row_path(row), [row])
+    write_out(_table(row) + _saved(path) if args.format == "table" else format_rows([row], args.format))
     return 0
 
 
 def _run_comm(args: argparse.Namespace) -> int:
     from real.bench_comm import COLLECTIVES, format_comm_table, measure_collectives
-
     from sim.errors import require_positive
 
     nproc = require_positive("--nproc", args.gpus if args.gpus is not None else 2, integer=True)
@@ -133,3 +132,7 @@ def _table(row: dict) -> str:
         f"  throughput  {row['throughput_samples_per_s']:,.1f} samples/s; speedup {row['speedup']:.2f}x; "
         f"efficiency {100 * row['scaling_efficiency']:.1f} % (weak scaling); final loss {row['final_loss']:.4g}",
     ]) + "\n"
+
+
+def _saved(path) -> str:
+    return f"  row written to {path}\n"

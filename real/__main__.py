@@ -1,0 +1,95 @@
+"""``python -m real``: the entry point torchrun starts on every machine of a multi-machine run.
+
+    torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
+        -m real --workload small_cnn --strategy ddp --backend nccl --out results/real/run.csv
+
+Takes the flags of ``scalebench real``; the world size and ranks per node come from torchrun's
+environment (WORLD_SIZE, LOCAL_WORLD_SIZE), not from --nproc. Rank 0 prints the row and writes
+--out. Bad arguments: one line, exit 2, on every rank before any rank joins the group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from scalebench.commands.real import add_arguments, spec_from_args
+    from sim.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="python -m real", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        print("python -m real: error: RANK/WORLD_SIZE not set: start it with torchrun "
+              "(on one machine, `scalebench real --nproc N` launches the ranks itself)", file=sys.stderr)
+        return 2
+    world, local_world = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    rank = int(os.environ["RANK"])
+    args.gpus = world
+    try:
+        if args.comm:
+            from real.bench_comm import COLLECTIVES
+
+            job = {"kind": "comm", "collectives": args.collectives or list(COLLECTIVES), "max_bytes": args.max_bytes,
+                   "min_bytes": 1024, "iterations": args.iterations, "warmup": args.warmup,
+                   "backend": args.backend or "gloo"}
+            spec = None
+        else:
+            from real.config import real_scenario
+            from real.measure import job_for
+
+            spec = spec_from_args(args)
+            spec["cluster"]["gpus_per_node"] = local_world
+            scenario, options = real_scenario(spec)
+            job = job_for(spec, options, args.iterations, args.warmup)
+    except ConfigError as err:
+        print(f"python -m real: error: {err}", file=sys.stderr)
+        return 2
+    from real.worker import run_job
+
+    with tempfile.TemporaryDirectory(prefix="scalebench-real-") as tmp:
+        out = Path(tmp) / "raw.json"
+        status = run_job({**job, "timeout_s": args.timeout, "out": str(out) if rank == 0 else None})
+        if status == 0 and rank == 0:
+            _report(args, spec, out)
+    return status
+
+
+def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None:
+    import json
+
+    from real.results import environment_columns, write_rows
+    from scalebench.commands.common import format_rows, write_out
+
+    raw = json.loads(raw_path.read_text(encoding="utf-8"))
+    if spec is None:
+        env = environment_columns(backend=args.backend or "gloo", link=None, topology="shared", threads=None)
+        from real.bench_comm import format_comm_table
+
+        rows = [{**r, **env, "source": "real"} for r in raw["rows"] if "time_s" in r]
+        text = format_comm_table(rows)
+    else:
+        from real.config import real_scenario
+        from real.measure import row_from_raw
+        from scalebench.commands.real import _table
+
+        scenario, options = real_scenario(spec)
+        row = row_from_raw(scenario, options, raw, iterations=args.iterations, warmup=args.warmup, link=None,
+                           topology="shared")
+        rows = [row]
+        text = _table(row)
+    if args.out:
+        write_rows(args.out, rows)
+    write_out(text if args.format == "table" else format_rows(rows, args.format))
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,125 @@
+"""The harness' benchmark, in one run: ``scalebench real --bench`` or ``python -m real.benchmarks``.
+
+1. gloo allreduce busbw at 64 MiB, 2 ranks, unshaped loopback, next to this machine's memcpy
+   bandwidth (bytes copied per second, one 64 MiB torch copy, all threads);
+2. loopback shaped to 1 Gbit/s (needs root and tc): large-message allreduce busbw against the
+   shaped rate, per-link topology (each flow direction its own 1 Gbit/s htb class: busbw is
+   directly comparable) and shared medium (one tbf for everything: the medium carries
+   n x busbw, so that aggregate is what compares with the rate);
+3. the harness' DDP iteration time for small_cnn against a bare torch DDP loop doing the same
+   work (real/bare_ddp.py), alternated ``rounds`` times, medians compared (target: within 3 %).
+Timings on shared machines are noisy: say what else was running next to the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+MIB = 2**20
+
+
+def allreduce_busbw(size: int, link: str | None = None, topology: str = "shared", iterations: int = 10) -> dict:
+    from real.bench_comm import measure_collectives
+
+    rows = measure_collectives(2, ["allreduce"], min_bytes=size, max_bytes=size, iterations=iterations, warmup=2,
+                               link=link, topology=topology, timeout_s=120)
+    return rows[0]
+
+
+def bare_ddp_time_s(model: str, batch: int, iterations: int, warmup: int, threads: int, nproc: int = 2) -> dict:
+    from real.launch import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "bare.json"
+        port = free_port()
+        procs = [subprocess.Popen([sys.executable, "-m", "real.bare_ddp", model, str(batch), str(iterations),
+                                   str(warmup), str(threads), str(out)],
+                                  env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(nproc),
+                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+                 for r in range(nproc)]
+        codes = [p.wait(timeout=600) for p in procs]
+        if any(codes):
+            raise RuntimeError(f"bare DDP loop failed: exit statuses {codes}")
+        return json.loads(out.read_text())
+
+
+def harness_ddp_time_s(model: str, batch: int, iterations: int, warmup: int) -> dict:
+    from real.measure import measure_point
+
+    spec = {"workload": {"model": model, "batch_size": batch}, "cluster": {"gpus": 2, "gpu": "cpu"},
+            "real": {"baseline": False}}
+    return measure_point(spec, iterations=iterations, warmup=warmup, timeout_s=120)
+
+
+def run_benchmarks(out: str | None = None, rounds: int = 3, iterations: int = 20) -> int:
+    from real.calibrate import device_microbench
+    from real.netem import availability
+    from real.results import cpu_model, git_revision
+
+    report: dict[str, Any] = {"cpu_model": cpu_model(), "cores": os.cpu_count(), "git_revision": git_revision(),
+                              "load_average_before": os.getloadavg()}
+    say = lambda msg: print(msg, flush=True)  # noqa: E731
+    dev = device_microbench(64 * MIB)
+    ar = allreduce_busbw(64 * MIB)
+    report["memcpy_64MiB_GBps"] = dev["copy_Bps"] / 1e9
+    report["allreduce_64MiB_busbw_GBps"] = ar["busbw_GBps"]
+    say(f"1. memcpy 64 MiB: {dev['copy_Bps'] / 1e9:.2f} GB/s; gloo allreduce 64 MiB, 2 ranks, loopback: "
+        f"busbw {ar['busbw_GBps']:.3f} GB/s ({100 * ar['busbw_GBps'] * 1e9 / dev['copy_Bps']:.0f} % of memcpy), "
+        f"time {ar['time_s'] * 1e3:.1f} ms")
+    ok, why = availability()
+    if ok:
+        rate_GBps = 1e9 / 8 / 1e9
+        per_link = allreduce_busbw(16 * MIB, link="1gbit", topology="per_link", iterations=4)
+        shared = allreduce_busbw(16 * MIB, link="1gbit", topology="shared", iterations=4)
+        report["shaped_1gbit"] = {"rate_GBps": rate_GBps, "per_link_busbw_GBps": per_link["busbw_GBps"],
+                                  "shared_busbw_GBps": shared["busbw_GBps"],
+                                  "shared_aggregate_GBps": 2 * shared["busbw_GBps"]}
+        say(f"2. loopback shaped to 1 Gbit/s ({rate_GBps * 1e3:.0f} MB/s), allreduce 16 MiB, 2 ranks: per-link busbw "
+            f"{per_link['busbw_GBps'] * 1e3:.1f} MB/s = {100 * per_link['busbw_GBps'] / rate_GBps:.1f} % of the rate; "
+            f"shared medium busbw {shared['busbw_GBps'] * 1e3:.1f} MB/s, aggregate n x busbw "
+            f"{2 * shared['busbw_GBps'] * 1e3:.1f} MB/s = {100 * 2 * shared['busbw_GBps'] / rate_GBps:.1f} % of the rate")
+    else:
+        report["shaped_1gbit"] = f"skipped: {why}"
+        say(f"2. shaped link skipped: {why}")
+    harness, bare, bare_mean = [], [], []
+    for _ in range(rounds):
+        row = harness_ddp_time_s("small_cnn", 32, iterations, 3)
+        harness.append(row["iteration_time_s"])
+        b_run = bare_ddp_time_s("small_cnn", 32, iterations, 3, int(row["threads_per_rank"]))
+        bare.append(b_run["median_iteration_time_s"])
+        bare_mean.append(b_run["mean_iteration_time_s"])
+    h, b = statistics.median(harness), statistics.median(bare)
+    report["ddp_small_cnn"] = {"harness_s": harness, "bare_median_s_per_round": bare, "bare_mean_s_per_round": bare_mean,
+                               "harness_median_s": h, "bare_median_s": b, "difference": h / b - 1}
+    say(f"3. DDP small_cnn, batch 32/rank, 2 ranks: harness {h * 1e3:.1f} ms vs bare loop {b * 1e3:.1f} ms "
+        f"per iteration ({100 * (h / b - 1):+.1f} %; {rounds} alternated rounds, median of per-round medians; "
+        f"target within 3 %); per round harness {[round(x * 1e3, 1) for x in harness]} ms, "
+        f"bare {[round(x * 1e3, 1) for x in bare]} ms (bare means {[round(x * 1e3, 1) for x in bare_mean]} ms)")
+    report["load_average_after"] = os.getloadavg()
+    say(f"   load average before/after: {report['load_average_before']} / {report['load_average_after']} "
+        f"on {os.cpu_count()} cores (other work shares this machine)")
+    if out:
+        from scalebench.fileio import atomic_write_json
+
+        atomic_write_json(out, report)
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="write the figures as JSON")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    raise SystemExit(run_benchmarks(args.out, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
