@@ -190,3 +190,56 @@ def test_real_vs_sim_small_point(tmp_path):
     assert main(["validate", "--config", str(_write(tmp_path, spec))]) == 0
     rows = (tmp_path / "out" / "validation.csv").read_text().splitlines()
     assert len(rows) == 3
+
+
+# -- model pieces the validation added ----------------------------------------------------------
+
+def test_colocation_factor_is_processor_sharing():
+    from sim.costs.colocation import colocation_factor, shared_device
+    from tests.conftest import make_gpu
+
+    assert colocation_factor(2, 1) == 1.0  # one rank, both cores
+    assert colocation_factor(2, 2) == 2.0  # two ranks, one core each
+    assert colocation_factor(2, 4) == 4.0  # four ranks, half a core each
+    assert colocation_factor(8, 2) == 2.0
+    gpu = make_gpu(tflops=1.0, mem_GBps=10.0)
+    shared = shared_device(gpu, cores=2, ranks=4)
+    assert shared.memory_bandwidth_Bps == pytest.approx(gpu.memory_bandwidth_Bps / 4)
+    assert shared.peak_flops["fp32"] == pytest.approx(gpu.peak_flops["fp32"] / 4)
+    assert shared_device(gpu, cores=2, ranks=1) is gpu
+
+
+def test_fp16_reduce_cost_from_same_wire_bytes():
+    from validation.microbench import reduce_cost_ns
+
+    n, e = 2, 2**20
+    rows = [{"dtype": "fp16", "elems": e, "time_s": 0.012}, {"dtype": "fp32_half", "elems": e, "time_s": 0.002},
+            {"dtype": "bf16", "elems": e, "time_s": 0.001}]
+    ns = reduce_cost_ns(rows, n)
+    assert ns["fp16"] == pytest.approx(0.010 / (0.5 * e) * 1e9)
+    assert ns["bf16"] == 0.0  # faster than fp32 at the same bytes: no extra cost, never negative
+
+
+def test_coarse_calibration_splits_a_block_by_flops(tmp_path):
+    from sim.calibration import load_calibration
+    from validation.calib import calibrated_catalog
+    from validation.config import Point
+    from validation.points import sim_scenario
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    device = yaml.safe_load((cal_dir / "device.yaml").read_text())
+    device["workloads"]["small_transformer"] = {8: {"layers": ["0_embedding", "1_block", "2_block", "3_lmhead"],
+                                                    "colocated": {2: {"fwd_s": [1e-3, 4e-3, 4e-3, 1e-3],
+                                                                      "bwd_s": [2e-3, 8e-3, 8e-3, 2e-3]}}}}
+    (cal_dir / "device.yaml").write_text(yaml.safe_dump(device))
+    cal = load_calibration(cal_dir)
+    point = Point(group="t", model="small_transformer", batch_size=8, ranks=2, link="loopback", strategy="ps_sync",
+                  overlap=True, bucket_mib=25.0, codec="fp32", microbatches=4)
+    layers = sim_scenario(point, cal, calibrated_catalog(cal)).workload.layers
+    block1 = [x for x in layers if x.name.startswith("1.")]
+    assert sum(x.fwd_time_s for x in block1) == pytest.approx(4e-3)
+    assert sum(x.bwd_time_s for x in layers) == pytest.approx(20e-3)
+    flops = {x.name: x.fwd_flops for x in block1}
+    qkv, fc = next(x for x in block1 if x.name == "1.attn.qkv"), next(x for x in block1 if x.name == "1.fc")
+    assert qkv.fwd_time_s / fc.fwd_time_s == pytest.approx(flops["1.attn.qkv"] / flops["1.fc"])

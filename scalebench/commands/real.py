@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float)
     g.add_argument("--threads", type=int, help="torch threads per rank (default: cores / ranks)")
     g.add_argument("--microbatches", type=int, help="pipeline micro-batches")
-    g.add_argument("--schedule", help="pipeline schedule: gpipe | 1f1b")
+    # --schedule comes from the scenario flags (strategy.schedule); spec_from_args copies it to real.schedule
     g.add_argument("--link", help="emulate a link in a network namespace: 100mbit | 1gbit | 10gbit")
     g.add_argument("--topology", default="shared", help="shared (one tbf for all flows) | per_link (htb per connection)")
     g.add_argument("--iterations", type=int, default=20)
