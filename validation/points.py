@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from sim.calibration import Calibration, apply_calibration, layer_times_s
-from sim.catalog import Catalog
+from sim.catalog import Catalog, Link
 from sim.config import scenario_from_dict
 from sim.costs.colocation import shared_device
 from sim.errors import ConfigError
@@ -31,7 +31,8 @@ PIPELINE_SCHEDULE = "gpipe"
 
 def _strategy(point: Point) -> dict[str, Any]:
     if point.strategy == "ps_sync":
-        return {"collective": "ps", "ps_servers": 1, "bucket_mib": point.bucket_mib, "overlap": point.overlap}
+        # the harness' server reduces and broadcasts the flat gradient after backward: no overlap
+        return {"collective": "ps", "ps_servers": 1, "bucket_mib": point.bucket_mib, "overlap": False}
     if point.strategy == "pipeline":
         return {"kind": "pipeline", "pp": point.ranks, "micro_batches": point.microbatches,
                 "schedule": PIPELINE_SCHEDULE}
@@ -78,6 +79,10 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     cores = int(cal.device.get("cores") or 1)
     device = shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks)
     scenario = replace(scenario, cluster=replace(scenario.cluster, gpu=device))
+    if point.strategy == "ps_sync":
+        ps = colocated_ps_link(scenario.cluster.intra_link, fitted_n=int(link.split("_n")[-1].split("_")[0]),
+                               ranks=point.ranks)
+        scenario = replace(scenario, cluster=replace(scenario.cluster, intra_link=ps, inter_link=ps))
     try:
         scenario = apply_calibration(scenario, cal)
     except ConfigError:
@@ -97,6 +102,20 @@ def with_framework_overhead(scenario, overhead_s: float):
     step = Layer(name="ddp_framework", kind="overhead", param_count=0, fwd_flops=0.0, bwd_flops=0.0,
                  activation_elems=0.0, fwd_time_s=overhead_s, bwd_time_s=0.0)
     return replace(scenario, workload=replace(w, layers=(step, *w.layers)))
+
+
+def colocated_ps_link(link: Link, *, fitted_n: int, ranks: int) -> Link:
+    """The link as the simulator's ``ps`` collective must see it for the harness' parameter server.
+
+    The emulated link is one medium (one tbf, or the CPU's copies) that all concurrent flows
+    share: an allreduce fit at n ranks gives each of a ring's n flows B = R / n, so R = n B.
+    The simulator's one-server PS takes 2(a + n S / B') on dedicated server hosts; the harness'
+    server is rank 0, also a worker, so only n - 1 gradients cross the medium each way
+    (reduce, then broadcast): 2(n - 1) S / R. Hence B' = R n / (n - 1). (The simulator has no
+    co-located server placement yet; this maps it onto the dedicated-host form.)"""
+    medium_Bps = link.bandwidth_Bps * fitted_n
+    return replace(link, name=f"{link.name}_ps", bandwidth_Bps=medium_Bps * ranks / (ranks - 1),
+                   source=f"{link.source}; shared medium R = n x B, co-located server (validation/points.py)")
 
 
 def _unit_of(name: str, sep: str) -> int | None:
