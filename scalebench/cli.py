@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("scalebench.commands.report", "one self-contained HTML or markdown page of an experiment"),
     "calibrate": ("scalebench.commands.calibrate", "measure this machine and write a calibration the simulator loads"),
     "real": ("scalebench.commands.real", "run a scenario for real with torch.distributed (gloo/NCCL) and measure it"),
+    "validate": ("scalebench.commands.validate", "measure a sweep for real, predict it calibrated, report the error"),
 }
 
 

@@ -1,0 +1,40 @@
+"""scalebench validate: measure a declared sweep on the real harness, predict it with the
+calibrated simulator, compare; exit 1 when the MAPE passes the config's threshold."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "experiments"
+FULL_CONFIG = CONFIG_DIR / "validation.yaml"
+QUICK_CONFIG = CONFIG_DIR / "validation_quick.yaml"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the CI subset ({QUICK_CONFIG.name}: loopback, a few points, minutes)")
+    parser.add_argument("--config", help=f"validation config (default: {FULL_CONFIG.name}, or the quick one)")
+    parser.add_argument("--out", help="output directory (default: the config's out)")
+    parser.add_argument("--recalibrate", action="store_true", help="run the calibration again even if it exists")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="measure every point again (default: reuse <out>/measured.json, predict anew)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+    from dataclasses import replace
+
+    from validation.config import load_validation_config
+    from validation.run import run_validation
+
+    path = Path(args.config) if args.config else (QUICK_CONFIG if args.quick else FULL_CONFIG)
+    cfg = load_validation_config(path)
+    if args.out:
+        cfg = replace(cfg, out=Path(args.out))
+    status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure,
+                                  progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
+    sys.stdout.write(text)
+    sys.stdout.write(f"\nresults in {cfg.out}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
+                     "network.csv)\n")
+    return status

@@ -1,0 +1,258 @@
+"""Validation: summary math on synthetic rows, the config loader's errors, the exit code."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scalebench.cli import main
+from sim.errors import ConfigError
+from validation.config import load_validation_config
+from validation.summary import group_stats, relative_error, summarize, verdict, worst_points
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rows(pairs, **cols):
+    return [{"point": f"p{i}", "rel_error": relative_error(p, m), **cols} for i, (p, m) in enumerate(pairs)]
+
+
+def test_relative_error_and_mape_by_hand():
+    rows = _rows([(1.1, 1.0), (0.8, 1.0), (2.0, 2.0)])
+    s = group_stats(rows)
+    assert s.points == 3
+    assert s.mape_percent == pytest.approx((10 + 20 + 0) / 3)
+    assert s.worst_percent == pytest.approx(20)
+    assert s.worst_point == "p1"
+    assert s.bias_percent == pytest.approx((10 - 20 + 0) / 3)
+
+
+def test_missing_values_do_not_count():
+    rows = _rows([(1.1, 1.0)]) + [{"point": "skipped", "rel_error": math.nan}, {"point": "none"}]
+    assert group_stats(rows).points == 1
+    assert math.isnan(relative_error(1.0, 0.0)) and math.isnan(relative_error(math.nan, 1.0))
+    assert group_stats([]).points == 0 and math.isnan(group_stats([]).mape_percent)
+
+
+def test_grouping_splits_by_column_and_keeps_the_overall_line():
+    rows = (_rows([(1.1, 1.0), (1.3, 1.0)], strategy="ddp", link="loopback")
+            + _rows([(0.5, 1.0)], strategy="ps_sync", link="1gbit"))
+    stats = summarize(rows, ("strategy", "link"))
+    by = {(s.column, s.value): s for s in stats}
+    assert by[("all", "all")].points == 3
+    assert by[("strategy", "ddp")].mape_percent == pytest.approx(20)
+    assert by[("strategy", "ps_sync")].worst_percent == pytest.approx(50)
+    assert by[("link", "1gbit")].points == 1
+    assert [r["rel_error"] for r in worst_points(rows, 2)] == pytest.approx([-0.5, 0.3])
+
+
+@given(st.lists(st.tuples(st.floats(0.01, 10), st.floats(0.01, 10)), min_size=1, max_size=30))
+def test_mape_is_between_zero_and_worst_and_groups_partition(pairs):
+    rows = [{**r, "strategy": "ab"[i % 2]} for i, r in enumerate(_rows(pairs))]
+    stats = summarize(rows, ("strategy",))
+    overall = stats[0]
+    assert 0 <= overall.mape_percent <= overall.worst_percent + 1e-9
+    parts = stats[1:]
+    assert sum(s.points for s in parts) == overall.points
+    weighted = sum(s.mape_percent * s.points for s in parts) / overall.points
+    assert weighted == pytest.approx(overall.mape_percent)
+
+
+def test_verdict_thresholds():
+    s = group_stats(_rows([(1.05, 1.0), (1.2, 1.0)]))  # MAPE 12.5, worst 20
+    assert verdict(s, mape_percent=15, worst_percent=25, min_points=2).passed
+    assert not verdict(s, mape_percent=10, worst_percent=None, min_points=2).passed
+    assert not verdict(s, mape_percent=15, worst_percent=15, min_points=2).passed
+    assert "only 2 points" in verdict(s, mape_percent=15, worst_percent=None, min_points=3).reasons[0]
+
+
+# -- the config loader -----------------------------------------------------------------------
+
+def _write(tmp_path, spec) -> Path:
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+BASE = {"threshold": {"mape_percent": 10}, "sweeps": [{"model": "mlp", "ranks": [1, 2]}]}
+
+
+def test_shipped_configs_load_and_are_large_enough():
+    full = load_validation_config(ROOT / "experiments" / "validation.yaml")
+    assert len(full.points) >= 40 and full.mape_percent == 10 and full.worst_percent == 25
+    assert {p.strategy for p in full.points} == {"ddp", "ps_sync", "pipeline"}
+    assert {p.link for p in full.points} == {"loopback", "10gbit", "1gbit", "100mbit"}
+    assert {p.codec for p in full.points} == {"fp32", "fp16", "bf16", "fp8"}
+    assert {p.ranks for p in full.points} == {1, 2, 4}
+    assert len({p.id for p in full.points}) == len(full.points)
+    quick = load_validation_config(ROOT / "experiments" / "validation_quick.yaml")
+    assert 4 <= len(quick.points) <= 8 and {p.link for p in quick.points} == {"loopback"}
+
+
+def test_expansion_drops_what_cannot_run(tmp_path):
+    spec = {**BASE, "sweeps": [{"model": "mlp", "ranks": [1, 2], "link": ["loopback", "1gbit"],
+                                "codec": ["fp32", "fp16"], "overlap": [True, False]}]}
+    cfg = load_validation_config(_write(tmp_path, spec))
+    ids = {p.id for p in cfg.points}
+    assert "ddp-mlp-n1-1gbit-fp32-ov-b25" not in ids  # one rank: no link
+    assert "ddp-mlp-n2-1gbit-fp16-noov-b25" not in ids  # codecs need overlap
+    assert "ddp-mlp-n2-1gbit-fp16-ov-b25" in ids
+    # (codec, overlap): 4 combinations minus fp16 without overlap = 3; one link on 1 rank, two on 2
+    assert len(cfg.points) == 3 * 1 + 3 * 2
+    assert cfg.skipped
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"threshold": {}}, "threshold.mape_percent"),
+    ({"threshold": {"mape_percent": -1}}, "threshold.mape_percent"),
+    ({"sweeps": []}, "sweeps"),
+    ({"sweeps": [{"ranks": 2}]}, "sweeps[0].model"),
+    ({"sweeps": [{"model": "resnet50", "ranks": 2}]}, "sweeps[0].model"),
+    ({"sweeps": [{"model": "mlp", "ranks": 2, "link": "5gbit"}]}, "sweeps[0].link"),
+    ({"sweeps": [{"model": "mlp", "ranks": 0}]}, "sweeps[0].ranks"),
+    ({"sweeps": [{"model": "mlp", "ranks": 2, "colour": "red"}]}, "sweeps[0]"),
+    ({"measure": {"iterations": 0}}, "measure.iterations"),
+    ({"network": {"collectives": ["alltoall"]}}, "network.collectives"),
+    ({"bogus": 1}, "v.yaml"),
+])
+def test_config_errors_name_the_field(tmp_path, patch, field):
+    with pytest.raises(ConfigError) as err:
+        load_validation_config(_write(tmp_path, {**BASE, **patch}))
+    assert field in err.value.field
+
+
+def test_cli_config_error_exits_2(tmp_path, capsys):
+    assert main(["validate", "--config", str(_write(tmp_path, {**BASE, "threshold": {}}))]) == 2
+    assert "threshold.mape_percent" in capsys.readouterr().err
+
+
+# -- the exit code, end to end on a synthetic calibration and cached measurements ------------
+
+def _calibration(directory: Path) -> None:
+    directory.mkdir(parents=True)
+    layers = {"layers": ["0", "2", "4"], "colocated": {
+        1: {"fwd_s": [1e-3, 2e-3, 1e-3], "bwd_s": [2e-3, 4e-3, 2e-3]},
+        2: {"fwd_s": [2e-3, 4e-3, 2e-3], "bwd_s": [4e-3, 8e-3, 4e-3]}}}
+    (directory / "device.yaml").write_text(yaml.safe_dump({
+        "device": "cpu_local", "colocation_slowdown": {1: 1.0, 2: 2.0}, "workloads": {"mlp": {64: layers}}}))
+    (directory / "catalog.yaml").write_text(yaml.safe_dump({"gpus": {"cpu_local": {
+        "peak_tflops": {"fp32": 0.05}, "memory_bandwidth_GBps": 10, "memory_GiB": 8, "source": "test"}}}))
+    (directory / "links.yaml").write_text(yaml.safe_dump({"fits": [{
+        "backend": "gloo", "collective": "allreduce", "link": "loopback", "world_size": 2,
+        "link_latency_us": 50.0, "link_bandwidth_GBps": 1.0, "rms_relative_error": 0.1}]}))
+
+
+@pytest.mark.parametrize(("factor", "status"), [(1.05, 0), (0.97, 0), (2.0, 1)])
+def test_exit_code_follows_the_threshold(tmp_path, factor, status):
+    from sim.calibration import load_calibration
+    from validation.calib import calibrated_catalog
+    from validation.points import predict
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 10, "min_points": 2},
+            "calibration": {"dir": str(cal_dir)}, "sweeps": [{"model": "mlp", "ranks": [1, 2]}]}
+    path = _write(tmp_path, spec)
+    cfg = load_validation_config(path)
+    cal = load_calibration(cal_dir)
+    catalog = calibrated_catalog(cal)
+    cache = {p.id: {"status": "measured", "row": {"iteration_time_s": predict(p, cal, catalog)["iteration_time_s"] / factor}}
+             for p in cfg.points}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "measured.json").write_text(json.dumps(cache))
+    assert main(["validate", "--config", str(path)]) == status
+    out = tmp_path / "out"
+    for name in ("validation.csv", "summary.csv", "summary.md", "validation.png", "worst_breakdown.png"):
+        assert (out / name).stat().st_size > 0
+    text = (out / "summary.md").read_text()
+    assert ("PASS" if status == 0 else "FAIL") in text
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_real_vs_sim_small_point(tmp_path):
+    """Measure -> calibrate -> predict -> compare for real on two small points (minutes).
+
+    Tolerance 50% MAPE: timings here vary by +-15% between runs and more on a shared machine;
+    a model that ignored co-location (2 ranks on 2 cores) or the gloo link would miss by more."""
+    pytest.importorskip("torch")
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 50, "min_points": 2},
+            "measure": {"iterations": 6, "warmup": 2, "timeout_s": 90},
+            "calibration": {"dir": str(tmp_path / "cal"), "models": ["small_cnn"], "colocated": [1, 2],
+                            "ranks": [2], "links": ["loopback"], "max_bytes": 2**21, "iterations": 5},
+            "sweeps": [{"model": "small_cnn", "ranks": 2, "overlap": [True, False]}]}
+    assert main(["validate", "--config", str(_write(tmp_path, spec))]) == 0
+    rows = (tmp_path / "out" / "validation.csv").read_text().splitlines()
+    assert len(rows) == 3
+
+
+# -- model pieces the validation added ----------------------------------------------------------
+
+def test_colocation_factor_is_processor_sharing():
+    from sim.costs.colocation import colocation_factor, shared_device
+    from tests.conftest import make_gpu
+
+    assert colocation_factor(2, 1) == 1.0  # one rank, both cores
+    assert colocation_factor(2, 2) == 2.0  # two ranks, one core each
+    assert colocation_factor(2, 4) == 4.0  # four ranks, half a core each
+    assert colocation_factor(8, 2) == 2.0
+    gpu = make_gpu(tflops=1.0, mem_GBps=10.0)
+    shared = shared_device(gpu, cores=2, ranks=4)
+    assert shared.memory_bandwidth_Bps == pytest.approx(gpu.memory_bandwidth_Bps / 4)
+    assert shared.peak_flops["fp32"] == pytest.approx(gpu.peak_flops["fp32"] / 4)
+    assert shared_device(gpu, cores=2, ranks=1) is gpu
+
+
+def test_fp16_reduce_cost_from_same_wire_bytes():
+    from validation.microbench import reduce_cost_ns
+
+    n, e = 2, 2**20
+    rows = [{"dtype": "fp16", "elems": e, "time_s": 0.012}, {"dtype": "fp32_half", "elems": e, "time_s": 0.002},
+            {"dtype": "bf16", "elems": e, "time_s": 0.001}]
+    ns = reduce_cost_ns(rows, n)
+    assert ns["fp16"] == pytest.approx(0.010 / (0.5 * e) * 1e9)
+    assert ns["bf16"] == 0.0  # faster than fp32 at the same bytes: no extra cost, never negative
+
+
+def test_coarse_calibration_splits_a_block_by_flops(tmp_path):
+    from sim.calibration import load_calibration
+    from validation.calib import calibrated_catalog
+    from validation.config import Point
+    from validation.points import sim_scenario
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    device = yaml.safe_load((cal_dir / "device.yaml").read_text())
+    device["workloads"]["small_transformer"] = {8: {"layers": ["0_embedding", "1_block", "2_block", "3_lmhead"],
+                                                    "colocated": {2: {"fwd_s": [1e-3, 4e-3, 4e-3, 1e-3],
+                                                                      "bwd_s": [2e-3, 8e-3, 8e-3, 2e-3]}}}}
+    (cal_dir / "device.yaml").write_text(yaml.safe_dump(device))
+    cal = load_calibration(cal_dir)
+    point = Point(group="t", model="small_transformer", batch_size=8, ranks=2, link="loopback", strategy="ps_sync",
+                  overlap=True, bucket_mib=25.0, codec="fp32", microbatches=4)
+    layers = sim_scenario(point, cal, calibrated_catalog(cal)).workload.layers
+    block1 = [x for x in layers if x.name.startswith("1.")]
+    assert sum(x.fwd_time_s for x in block1) == pytest.approx(4e-3)
+    assert sum(x.bwd_time_s for x in layers) == pytest.approx(20e-3)
+    flops = {x.name: x.fwd_flops for x in block1}
+    qkv, fc = next(x for x in block1 if x.name == "1.attn.qkv"), next(x for x in block1 if x.name == "1.fc")
+    assert qkv.fwd_time_s / fc.fwd_time_s == pytest.approx(flops["1.attn.qkv"] / flops["1.fc"])
+
+
+def test_two_regime_fit_recovers_alpha_and_bandwidth_despite_noisy_small_sizes():
+    from validation.calib import two_regime_fit
+
+    alpha, bw = 200e-6, 50e6
+    sizes = [1024 * 4**k for k in range(8)]
+    noise = [3.0, 0.5, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]  # small sizes off by factors, as on shared cores
+    times = [alpha * f + s / bw for s, f in zip(sizes, noise, strict=True)]
+    a, b = two_regime_fit(sizes, times)
+    assert b == pytest.approx(bw, rel=0.01)
+    assert a == pytest.approx(2 * alpha, rel=0.3)  # the median of the three small sizes' alphas
+    assert two_regime_fit(sizes[:3], times[:3]) is None  # no large sizes: no bandwidth

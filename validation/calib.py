@@ -1,0 +1,196 @@
+"""The calibration the validation uses, and the network model validated on its own.
+
+Nothing here is fitted on the points being evaluated:
+- compute: per-layer forward/backward times from ``scalebench calibrate``'s layer profiles
+  (each top-level module timed on a detached input, alone and with k co-located ranks), never
+  from a training iteration of the sweep;
+- network: alpha-beta fits of collective microbenchmarks (gloo, sizes 1 KiB x 4^k), one fit per
+  (link setting, world size), because gloo picks its own algorithm per rank count and a shared
+  tbf divides one rate among all ranks: a ring with 2(n-1) steps does not carry a 2-rank fit to
+  4 ranks (DESIGN.md, observed). Each fit becomes a catalog link ``gloo_<link>_n<n>``.
+- the network model alone is checked at held-out sizes (2 KiB x 4^k, between the fitted ones).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sim.calibration import Calibration, load_calibration
+from sim.catalog import Catalog, load_catalog_file
+from sim.cluster import Cluster
+from sim.costs.collectives import collective_time_s, ring_allgather, ring_allreduce
+from sim.costs.network import message_time_s
+from sim.errors import ConfigError
+from validation.microbench import CODECS_FILE, FRAMEWORK_FILE, calibrate_codecs, calibrate_framework
+
+FIT_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "sendrecv": "sendrecv"}
+
+
+def link_name(link: str, ranks: int, collective: str = "allreduce") -> str:
+    suffix = "" if collective == "allreduce" else f"_{collective}"
+    return f"gloo_{link}_n{ranks}{suffix}"
+
+
+def _fits(cal: Calibration) -> list[dict[str, Any]]:
+    return [f for f in (cal.links.get("fits") or []) if f.get("backend", "gloo") == "gloo"]
+
+
+LATENCY_MAX_BYTES = 16 * 1024
+BANDWIDTH_MIN_BYTES = 256 * 1024
+
+
+def two_regime_fit(sizes_bytes: list[float], times_s: list[float]) -> tuple[float, float] | None:
+    """(alpha_s, B_alg in B/s) of t = alpha + S/B_alg, each from the sizes where it dominates
+    (Hockney's model calibrated as LogP-style tools do): B_alg from a least-squares line through
+    the sizes >= 256 KiB (absolute error: the large sizes carry the bandwidth), alpha = the median
+    over sizes <= 16 KiB of t - S/B_alg. One relative-error fit over all sizes lets the noisy
+    small sizes (scheduler latency on shared cores) pull the bandwidth off by 30% and more."""
+    import numpy as np
+
+    big = [(s, t) for s, t in zip(sizes_bytes, times_s, strict=True) if s >= BANDWIDTH_MIN_BYTES]
+    small = [(s, t) for s, t in zip(sizes_bytes, times_s, strict=True) if s <= LATENCY_MAX_BYTES]
+    if len(big) < 2 or not small:
+        return None
+    slope = float(np.polyfit([s for s, _ in big], [t for _, t in big], 1)[0])
+    if slope <= 0:
+        s_max, t_max = max(big)
+        slope = t_max / s_max
+    alpha = float(np.median([t - s * slope for s, t in small]))
+    return max(0.0, alpha), 1.0 / slope
+
+
+def _comm_rows(cal: Calibration) -> list[dict[str, Any]]:
+    import csv
+
+    path = cal.path / "comm.csv"
+    if not path.exists():
+        return []
+    with path.open(encoding="utf-8") as fh:
+        return [r for r in csv.DictReader(fh) if r.get("time_s") and r.get("wrong") in ("0", "0.0")]
+
+
+def link_entries(cal: Calibration) -> dict[str, dict[str, Any]]:
+    """Catalog link entries, one per measured (collective, link setting, world size): the
+    two-regime fit of the raw microbenchmarks (comm.csv) where there are enough sizes, else
+    the calibration's own fit; both mapped onto the simulator's closed form at that n."""
+    from real.fit import AlphaBeta, link_parameters
+
+    out = {}
+    for f in _fits(cal):
+        n, link, collective = int(f["world_size"]), f["link"], f["collective"]
+        rows = [r for r in _comm_rows(cal) if r["collective"] == collective and int(r["world_size"]) == n
+                and r.get("link", "loopback") == link]
+        fit = two_regime_fit([float(r["size_bytes"]) for r in rows], [float(r["time_s"]) for r in rows])
+        if fit is None:
+            latency_us, bandwidth_GBps, how = float(f["link_latency_us"]), float(f["link_bandwidth_GBps"]), \
+                f"relative-error fit (rms {float(f['rms_relative_error']):.2f})"
+        else:
+            a_s, b_Bps = link_parameters(AlphaBeta(alpha_s=fit[0], bandwidth_Bps=fit[1], rms_relative_error=0.0,
+                                                   points=len(rows)), collective, n)
+            latency_us, bandwidth_GBps, how = a_s * 1e6, b_Bps / 1e9, "two-regime fit (validation/calib.py)"
+        out[link_name(link, n, collective)] = {
+            "kind": "loopback", "bandwidth_GBps": bandwidth_GBps, "latency_us": 0,
+            "software_latency_us": latency_us, "efficiency": 1.0,
+            "source": f"scalebench calibrate: gloo {collective} on {n} ranks, link {link}, t = alpha + S/B, "
+                      f"{how}, mapped onto the simulator's closed form"}
+    return out
+
+
+def fitted_ranks(cal: Calibration, link: str, collective: str = "allreduce") -> list[int]:
+    return sorted({int(f["world_size"]) for f in _fits(cal) if f["link"] == link and f["collective"] == collective})
+
+
+def link_for(cal: Calibration, link: str, ranks: int, collective: str = "allreduce") -> str:
+    """The catalog link for ``ranks`` on ``link``: the fit at that world size, else the nearest one."""
+    have = fitted_ranks(cal, link, collective)
+    if not have:
+        raise ConfigError("calibration.links", link, f"a link the calibration measured with {collective} "
+                          f"(run scalebench validate --recalibrate, or add {link} to calibration.links)")
+    nearest = min(have, key=lambda k: (abs(k - ranks), -k))
+    return link_name(link, nearest, collective)
+
+
+def calibrated_catalog(cal: Calibration) -> Catalog:
+    """The built-in catalog + the calibration's device and its per-(link, n) gloo links."""
+    base = load_catalog_file(cal.catalog_file) if cal.catalog_file.exists() else None
+    extra = {"links": link_entries(cal)}
+    if base is None:
+        from sim.catalog import builtin_catalog
+
+        base = builtin_catalog()
+    return base.extended(extra, where=str(cal.path / "links.yaml"))
+
+
+def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recalibrate: bool, progress=print) -> Calibration:
+    """Load the calibration in ``directory``; run ``scalebench calibrate``'s measurement first
+    when it is missing or ``recalibrate`` is set."""
+    directory = Path(directory)
+    if recalibrate or not (directory / "device.yaml").exists():
+        from real.calibrate import calibrate
+
+        links = tuple(None if x == "loopback" else x for x in settings.get("links", ["loopback"]))
+        if any(links):
+            from real.netem import availability
+
+            ok, why = availability()
+            if not ok:
+                progress(f"shaped links skipped in calibration: {why}")
+                links = tuple(x for x in links if x is None) or (None,)
+        calibrate(directory, models=list(settings.get("models", ["mlp", "small_cnn", "small_transformer"])),
+                  colocated=tuple(settings.get("colocated", (1, 2, 4))), comm_ranks=tuple(settings.get("ranks", (2, 4))),
+                  links=links, collectives=("allreduce", "allgather", "sendrecv"),
+                  max_bytes=int(settings.get("max_bytes", 4 * 2**20)), iterations=int(settings.get("iterations", 8)),
+                  warmup=2, progress=progress)
+    if settings.get("framework_ranks") and (recalibrate or not (directory / FRAMEWORK_FILE).exists()):
+        calibrate_framework(directory, tuple(settings["framework_ranks"]), progress=progress)
+    if settings.get("codec_ranks") and (recalibrate or not (directory / CODECS_FILE).exists()):
+        calibrate_codecs(directory, tuple(settings["codec_ranks"]), progress=progress)
+    return load_calibration(directory)
+
+
+def predict_collective_s(collective: str, size_bytes: float, cluster: Cluster) -> float:
+    """The simulator's cost layer for one microbenchmark (nccl-tests' size conventions)."""
+    if collective == "allreduce":
+        return collective_time_s(ring_allreduce(size_bytes, cluster), cluster)
+    if collective == "allgather":
+        return collective_time_s(ring_allgather(size_bytes, cluster), cluster)
+    return message_time_s(size_bytes, cluster.intra_link)
+
+
+def network_rows(cal: Calibration, settings: dict[str, Any], *, timeout_s: float, progress=print) -> list[dict[str, Any]]:
+    """Measure collectives at held-out sizes; predict each with the fitted link of its (link, n)."""
+    from real.bench_comm import measure_collectives
+
+    catalog = calibrated_catalog(cal)
+    rows = []
+    links = list(settings.get("links", ["loopback"]))
+    shaped_ok = True
+    if any(x != "loopback" for x in links):
+        from real.netem import availability
+
+        shaped_ok, why = availability()
+        if not shaped_ok:
+            progress(f"network validation: shaped links skipped ({why})")
+    collectives = list(settings.get("collectives", ["allreduce"]))
+    for link in links:
+        if link != "loopback" and not shaped_ok:
+            continue
+        for n in settings.get("ranks", [2]):
+            progress(f"network validation: {', '.join(collectives)} on {n} ranks, link {link}")
+            measured = measure_collectives(n, collectives, min_bytes=int(settings.get("min_bytes", 2048)),
+                                           max_bytes=int(settings.get("max_bytes", 2 * 2**20)),
+                                           iterations=int(settings.get("iterations", 6)), warmup=1,
+                                           timeout_s=timeout_s, link=None if link == "loopback" else link)
+            for r in measured:
+                if "time_s" not in r:
+                    continue
+                name = link_for(cal, link, n, r["collective"])
+                lk = catalog.link(name)
+                cluster = Cluster(nodes=1, gpus_per_node=n, gpu=catalog.gpu(cal.device_name), intra_link=lk, inter_link=lk)
+                pred = predict_collective_s(r["collective"], r["size_bytes"], cluster)
+                rows.append({"point": f"{r['collective']}-n{n}-{link}-{r['size_bytes']}", "collective": r["collective"],
+                             "ranks": n, "link": link, "size_bytes": r["size_bytes"], "catalog_link": name,
+                             "measured_s": r["time_s"], "measured_iqr_s": r.get("time_iqr_s"),
+                             "predicted_s": pred, "rel_error": (pred - r["time_s"]) / r["time_s"]})
+    return rows

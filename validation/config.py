@@ -1,0 +1,203 @@
+"""The validation sweep, declared in YAML (experiments/validation.yaml), checked and expanded.
+
+A config has thresholds, how to measure, how to calibrate, which held-out collective sizes
+validate the network model alone, and ``sweeps``: blocks whose axes (a value or a list) are
+crossed; every block starts from ``defaults``. Combinations that cannot run are dropped in
+code (a link on one rank, a codec without overlap); each point has a stable id.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sim.config import read_yaml
+from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+
+CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibration", "network",
+               "batch_sizes", "defaults", "sweeps")
+THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
+MEASURE_KEYS = ("iterations", "warmup", "timeout_s")
+CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "codec_ranks",
+                    "framework_ranks")
+NETWORK_KEYS = ("ranks", "links", "collectives", "min_bytes", "max_bytes", "iterations")
+AXES = ("model", "ranks", "link", "strategy", "overlap", "bucket_mib", "codec", "microbatches")
+SWEEP_KEYS = ("name", *AXES)
+
+MODELS = ("mlp", "small_cnn", "small_transformer")
+STRATEGIES = ("ddp", "ps_sync", "pipeline")
+LINKS = ("loopback", "10gbit", "1gbit", "100mbit")
+CODECS = ("fp32", "fp16", "bf16", "fp8")
+NETWORK_COLLECTIVES = ("allreduce", "allgather", "sendrecv")
+DEFAULT_BATCH = {"mlp": 64, "small_cnn": 32, "small_transformer": 8}
+"""The batches `scalebench calibrate` profiles (real/calibrate.py): layer times are then measured,
+not scaled."""
+DEFAULTS = {"strategy": "ddp", "link": "loopback", "overlap": True, "bucket_mib": 25.0, "codec": "fp32",
+            "microbatches": 4}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    group: str
+    model: str
+    batch_size: int
+    ranks: int
+    link: str
+    strategy: str
+    overlap: bool
+    bucket_mib: float
+    codec: str
+    microbatches: int
+
+    @property
+    def id(self) -> str:
+        """Stable and readable: every axis in a fixed order."""
+        parts = [self.strategy, self.model, f"n{self.ranks}", self.link, self.codec]
+        if self.strategy == "ddp":
+            parts += ["ov" if self.overlap else "noov", f"b{self.bucket_mib:g}"]
+        if self.strategy == "pipeline":
+            parts.append(f"m{self.microbatches}")
+        return "-".join(parts)
+
+    def columns(self) -> dict[str, Any]:
+        return {"point": self.id, "sweep": self.group, "model": self.model, "batch_size": self.batch_size,
+                "ranks": self.ranks, "link": self.link, "strategy": self.strategy, "overlap": self.overlap,
+                "bucket_mib": self.bucket_mib, "codec": self.codec, "microbatches": self.microbatches}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationConfig:
+    name: str
+    path: Path
+    out: Path
+    mape_percent: float
+    worst_percent: float | None
+    min_points: int
+    iterations: int
+    warmup: int
+    timeout_s: float
+    calibration: dict[str, Any]
+    network: dict[str, Any]
+    points: tuple[Point, ...]
+    skipped: tuple[tuple[str, str], ...] = field(default=())
+    """(description, reason) of combinations dropped while expanding."""
+
+
+def _section(spec: dict[str, Any], key: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    value = spec.get(key) or {}
+    if not isinstance(value, dict):
+        raise ConfigError(key, value, "a mapping with keys " + ", ".join(keys))
+    reject_unknown_keys(key, value, keys)
+    return value
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def _check_axis(where: str, axis: str, value: Any) -> Any:
+    if axis == "model":
+        return require_choice(where, value, MODELS)
+    if axis == "ranks":
+        return require_positive(where, value, integer=True)
+    if axis == "link":
+        return require_choice(where, value, LINKS)
+    if axis == "strategy":
+        return require_choice(where, value, STRATEGIES)
+    if axis == "overlap":
+        if not isinstance(value, bool):
+            raise ConfigError(where, value, "true or false")
+        return value
+    if axis == "bucket_mib":
+        return float(require_positive(where, value))
+    if axis == "codec":
+        return require_choice(where, value, CODECS)
+    return require_positive(where, value, integer=True)
+
+
+def _drop_reason(p: dict[str, Any]) -> str | None:
+    if p["ranks"] == 1 and p["link"] != "loopback":
+        return "one rank sends nothing: the link does not matter"
+    if p["strategy"] != "ddp" and p["ranks"] < 2:
+        return f"{p['strategy']} needs at least 2 ranks"
+    if p["codec"] != "fp32" and (p["strategy"] != "ddp" or not p["overlap"]):
+        return "codecs run as DDP communication hooks (overlap on) only"
+    if p["strategy"] == "pipeline" and p["batch_size"] % p["microbatches"]:
+        return "micro-batches must divide the batch"
+    return None
+
+
+def expand_sweeps(sweeps: Any, defaults: dict[str, Any], batches: dict[str, int]) -> tuple[list[Point], list[tuple[str, str]]]:
+    if not isinstance(sweeps, list) or not sweeps:
+        raise ConfigError("sweeps", sweeps, "a non-empty list of sweep blocks (mappings of axes)")
+    points: dict[str, Point] = {}
+    dropped: list[tuple[str, str]] = []
+    for i, block in enumerate(sweeps):
+        where = f"sweeps[{i}]"
+        if not isinstance(block, dict):
+            raise ConfigError(where, block, "a mapping with keys " + ", ".join(SWEEP_KEYS))
+        reject_unknown_keys(where, block, SWEEP_KEYS)
+        name = str(block.get("name", f"sweep{i}"))
+        for a in AXES:
+            if a not in block and a not in defaults:
+                raise ConfigError(f"{where}.{a}", None, "a value or a list (no default for this axis)")
+        axes = {a: [_check_axis(f"{where}.{a}", a, v) for v in _as_list(block[a] if a in block else defaults[a])] for a in AXES}
+        for a, values in axes.items():
+            if not values:
+                raise ConfigError(f"{where}.{a}", [], "at least one value")
+        for combo in itertools.product(*(axes[a] for a in AXES)):
+            p = dict(zip(AXES, combo, strict=True))
+            p["batch_size"] = batches[p["model"]]
+            reason = _drop_reason(p)
+            if reason:
+                dropped.append((f"{name}: " + ", ".join(f"{k}={v}" for k, v in p.items()), reason))
+                continue
+            point = Point(group=name, **p)
+            points.setdefault(point.id, point)
+    return list(points.values()), dropped
+
+
+def load_validation_config(path: str | Path) -> ValidationConfig:
+    path = Path(path)
+    spec = read_yaml(path)
+    if not isinstance(spec, dict):
+        raise ConfigError(str(path), type(spec).__name__, "a YAML mapping with keys " + ", ".join(CONFIG_KEYS))
+    reject_unknown_keys(str(path), spec, CONFIG_KEYS)
+    threshold = _section(spec, "threshold", THRESHOLD_KEYS)
+    if "mape_percent" not in threshold:
+        raise ConfigError("threshold.mape_percent", None, "a positive number (the MAPE above which validate fails)")
+    mape = float(require_positive("threshold.mape_percent", threshold["mape_percent"]))
+    worst = threshold.get("worst_percent")
+    worst = None if worst is None else float(require_positive("threshold.worst_percent", worst))
+    measure = _section(spec, "measure", MEASURE_KEYS)
+    calibration = _section(spec, "calibration", CALIBRATION_KEYS)
+    network = _section(spec, "network", NETWORK_KEYS)
+    for link in _as_list(calibration.get("links", ["loopback"])) + _as_list(network.get("links", [])):
+        require_choice("calibration.links/network.links", link, LINKS)
+    for c in _as_list(network.get("collectives", [])):
+        require_choice("network.collectives", c, NETWORK_COLLECTIVES)
+    defaults = _section(spec, "defaults", AXES)
+    defaults = {**DEFAULTS, **{k: _check_axis(f"defaults.{k}", k, v) for k, v in defaults.items()}}
+    batches = spec.get("batch_sizes") or {}
+    if not isinstance(batches, dict):
+        raise ConfigError("batch_sizes", batches, "a mapping model -> batch size")
+    reject_unknown_keys("batch_sizes", batches, MODELS)
+    batches = {**DEFAULT_BATCH, **{m: require_positive(f"batch_sizes.{m}", b, integer=True) for m, b in batches.items()}}
+    points, dropped = expand_sweeps(spec.get("sweeps"), defaults, batches)
+    return ValidationConfig(
+        name=str(spec.get("name", path.stem)),
+        path=path,
+        out=Path(str(spec.get("out", "results/validation"))),
+        mape_percent=mape,
+        worst_percent=worst,
+        min_points=require_positive("threshold.min_points", threshold.get("min_points", 1), integer=True),
+        iterations=require_positive("measure.iterations", measure.get("iterations", 10), integer=True),
+        warmup=require_positive("measure.warmup", measure.get("warmup", 3), integer=True, allow_zero=True),
+        timeout_s=float(require_positive("measure.timeout_s", measure.get("timeout_s", 120))),
+        calibration=calibration,
+        network=network,
+        points=tuple(points),
+        skipped=tuple(dropped),
+    )

@@ -1,0 +1,165 @@
+"""One validation point, both ways: the real harness' spec and the simulator's scenario.
+
+Measuring goes through ``real.measure.measure_point`` (the harness' own row); predicting builds
+the same workload, cluster and strategy for the simulator, with the calibrated device
+(``cpu_local``), the calibrated per-layer times for that many co-located ranks
+(``sim.calibration.apply_calibration``) and the gloo link fitted at that world size.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from typing import Any
+
+from sim.calibration import Calibration, apply_calibration, layer_times_s
+from sim.catalog import Catalog, Link
+from sim.config import scenario_from_dict
+from sim.costs.colocation import shared_device
+from sim.errors import ConfigError
+from sim.workload import Layer
+from validation.calib import link_for
+from validation.config import Point
+from validation.microbench import framework_overhead_s, reduce_ns_for
+
+CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
+"""The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
+HARNESS_MODULES = {"codec": "real.strategies.hooks", "ps_sync": "real.strategies.ps",
+                   "pipeline": "real.strategies.pipeline"}
+PIPELINE_SCHEDULE = "gpipe"
+
+
+def _strategy(point: Point) -> dict[str, Any]:
+    if point.strategy == "ps_sync":
+        # the harness' server reduces and broadcasts the flat gradient after backward: no overlap
+        return {"collective": "ps", "ps_servers": 1, "bucket_mib": point.bucket_mib, "overlap": False}
+    if point.strategy == "pipeline":
+        return {"kind": "pipeline", "pp": point.ranks, "micro_batches": point.microbatches,
+                "schedule": PIPELINE_SCHEDULE}
+    out: dict[str, Any] = {"bucket_mib": point.bucket_mib, "overlap": point.overlap}
+    if CODEC_NAMES[point.codec]:
+        out["codec"] = CODEC_NAMES[point.codec]
+    return out
+
+
+def real_spec(point: Point) -> dict[str, Any]:
+    """The scenario dict measure_point runs (the cluster's gpu and links are the simulator's
+    placeholders; the harness ignores them)."""
+    real: dict[str, Any] = {"strategy": point.strategy}
+    if point.codec != "fp32":
+        real["compression"] = CODEC_NAMES[point.codec]
+    if point.strategy == "pipeline":
+        real.update({"microbatches": point.microbatches, "schedule": PIPELINE_SCHEDULE})
+    return {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
+            "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": "cpu"},
+            "strategy": _strategy(point), "simulation": {"check_memory": False}, "real": real}
+
+
+def harness_gap(point: Point) -> str | None:
+    """Why the harness in this checkout cannot run ``point`` yet (None: it can)."""
+    module = HARNESS_MODULES["codec"] if point.codec != "fp32" else HARNESS_MODULES.get(point.strategy)
+    if module and importlib.util.find_spec(module) is None:
+        return f"not in the real harness of this checkout yet ({module.replace('.', '/')}.py missing)"
+    return None
+
+
+def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
+    collective = "sendrecv" if point.strategy == "pipeline" else "allreduce"
+    link = link_for(cal, point.link, point.ranks, collective) if point.ranks > 1 else link_for(cal, "loopback", 2)
+    strategy = _strategy(point)
+    if point.codec in ("fp16", "bf16"):
+        reduce_ns = reduce_ns_for(cal.path, point.codec, point.ranks)
+        if reduce_ns is not None:
+            strategy["codec_reduce_ns_per_elem"] = reduce_ns
+    spec = {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
+            "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": cal.device_name,
+                        "intra_link": link, "inter_link": link},
+            "strategy": strategy, "simulation": {"check_memory": False}}
+    scenario = scenario_from_dict(spec, catalog)
+    cores = int(cal.device.get("cores") or 1)
+    device = shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks)
+    scenario = replace(scenario, cluster=replace(scenario.cluster, gpu=device))
+    if point.strategy == "ps_sync":
+        ps = colocated_ps_link(scenario.cluster.intra_link, fitted_n=int(link.split("_n")[-1].split("_")[0]),
+                               ranks=point.ranks)
+        scenario = replace(scenario, cluster=replace(scenario.cluster, intra_link=ps, inter_link=ps))
+    try:
+        scenario = apply_calibration(scenario, cal)
+    except ConfigError:
+        scenario = apply_coarse_calibration(scenario, cal)
+    if point.strategy == "ddp":
+        scenario = with_framework_overhead(scenario, framework_overhead_s(cal.path, point.ranks))
+    return scenario
+
+
+def with_framework_overhead(scenario, overhead_s: float):
+    """DDP's own per-iteration cost (hooks, bucket copies, hand-offs to gloo's threads), calibrated
+    on a one-layer model (validation/microbench.py), as a parameter-free step before the first
+    layer: it holds the compute stream and moves no gradient."""
+    if overhead_s <= 0:
+        return scenario
+    w = scenario.workload
+    step = Layer(name="ddp_framework", kind="overhead", param_count=0, fwd_flops=0.0, bwd_flops=0.0,
+                 activation_elems=0.0, fwd_time_s=overhead_s, bwd_time_s=0.0)
+    return replace(scenario, workload=replace(w, layers=(step, *w.layers)))
+
+
+def colocated_ps_link(link: Link, *, fitted_n: int, ranks: int) -> Link:
+    """The link as the simulator's ``ps`` collective must see it for the harness' parameter server.
+
+    The emulated link is one medium (one tbf, or the CPU's copies) that all concurrent flows
+    share: an allreduce fit at n ranks gives each of a ring's n flows B = R / n, so R = n B.
+    The simulator's one-server PS takes 2(a + n S / B') on dedicated server hosts; the harness'
+    server is rank 0, also a worker, so only n - 1 gradients cross the medium each way
+    (reduce, then broadcast): 2(n - 1) S / R. Hence B' = R n / (n - 1). (The simulator has no
+    co-located server placement yet; this maps it onto the dedicated-host form.)"""
+    medium_Bps = link.bandwidth_Bps * fitted_n
+    return replace(link, name=f"{link.name}_ps", bandwidth_Bps=medium_Bps * ranks / (ranks - 1),
+                   source=f"{link.source}; shared medium R = n x B, co-located server (validation/points.py)")
+
+
+def _unit_of(name: str, sep: str) -> int | None:
+    head = name.split(sep, 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def apply_coarse_calibration(scenario, cal: Calibration):
+    """Calibrated units coarser than the zoo's layers (a profile times torch's top-level children,
+    e.g. ``1_block``; the zoo splits that block into ``1.attn.qkv``, ``1.fc`` ...): each zoo layer
+    belongs to the child its name starts with, and takes a share of that child's measured time
+    proportional to its FLOPs (forward FLOPs for forward, backward FLOPs for backward; parameters
+    where the child counts no FLOPs, equal shares where it has neither)."""
+    w = scenario.workload
+    names, fwd, bwd = layer_times_s(cal, w.name, w.batch_size, scenario.cluster.gpus_per_node)
+    units = {_unit_of(n, "_"): (f, b) for n, f, b in zip(names, fwd, bwd, strict=True)}
+    owner = [_unit_of(layer.name, ".") for layer in w.layers]
+    if None in units or any(o not in units for o in owner):
+        raise ConfigError(f"calibration.workloads.{w.name}", names, "layers named after the zoo's or its torch children")
+
+    def shares(key) -> list[float]:
+        out = []
+        for i in range(len(w.layers)):
+            mates = [j for j, o in enumerate(owner) if o == owner[i]]
+            weights = [key(w.layers[j]) for j in mates]
+            if sum(weights) <= 0:
+                weights = [float(w.layers[j].param_count) for j in mates]
+            if sum(weights) <= 0:
+                weights = [1.0] * len(mates)
+            out.append(weights[mates.index(i)] / sum(weights))
+        return out
+
+    f_share, b_share = shares(lambda x: x.fwd_flops), shares(lambda x: x.bwd_flops)
+    layers = tuple(replace(layer, fwd_time_s=units[owner[i]][0] * f_share[i], bwd_time_s=units[owner[i]][1] * b_share[i])
+                   for i, layer in enumerate(w.layers))
+    return replace(scenario, workload=replace(w, layers=layers))
+
+
+def predict(point: Point, cal: Calibration, catalog: Catalog) -> dict[str, Any]:
+    """The simulator's row for ``point`` (metrics of one iteration)."""
+    from sim.simulate import simulate
+
+    scenario = sim_scenario(point, cal, catalog)
+    result = simulate(scenario)
+    row = result.metrics()
+    row["intra_link"] = scenario.cluster.intra_link.name
+    return row

@@ -1,0 +1,163 @@
+"""measure -> calibrate -> predict -> compare, for every point of a validation config.
+
+Measured rows are kept in ``<out>/measured.json`` (rewritten atomically after each point), so a
+run that stops resumes where it stopped and a model change is re-checked without measuring
+again (``--remeasure`` measures anew). Predictions are always recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from scalebench.fileio import atomic_write_json
+from validation.config import Point, ValidationConfig
+from validation.summary import GROUP_COLUMNS, format_table, summarize, verdict
+
+NAN = float("nan")
+MEASURED_FILE = "measured.json"
+NETWORK_FILE = "network_measured.json"
+METRICS = ("compute_time_s", "exposed_comm_time_s", "comm_time_s", "forward_time_s", "backward_time_s",
+           "optimizer_time_s")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def link_gap(point: Point) -> str | None:
+    if point.link == "loopback":
+        return None
+    from real.netem import availability
+
+    ok, why = availability()
+    return None if ok else f"shaped link skipped: {why}"
+
+
+def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print) -> dict[str, dict[str, Any]]:
+    from real.launch import RunFailed
+    from real.measure import measure_point
+    from sim.errors import ConfigError
+    from validation.points import harness_gap, real_spec
+
+    path = cfg.out / MEASURED_FILE
+    cache = {} if remeasure else _load(path)
+    for i, point in enumerate(cfg.points):
+        gap = harness_gap(point) or link_gap(point)
+        if gap:
+            cache[point.id] = {"status": "skipped", "note": gap}
+            continue
+        if cache.get(point.id, {}).get("status") == "measured":
+            continue
+        progress(f"[{i + 1}/{len(cfg.points)}] measuring {point.id}")
+        try:
+            row = measure_point(real_spec(point), iterations=cfg.iterations, warmup=cfg.warmup,
+                                timeout_s=cfg.timeout_s, link=None if point.link == "loopback" else point.link)
+            cache[point.id] = {"status": "measured", "row": row}
+        except (RunFailed, ConfigError) as err:
+            cache[point.id] = {"status": "failed", "note": str(err).splitlines()[0]}
+            progress(f"  failed: {cache[point.id]['note']}")
+        atomic_write_json(path, cache)
+    atomic_write_json(path, cache)
+    return cache
+
+
+def compare(cfg: ValidationConfig, measured: dict[str, dict[str, Any]], cal, catalog) -> list[dict[str, Any]]:
+    from sim.errors import ConfigError
+    from validation.points import predict
+    from validation.summary import relative_error
+
+    rows = []
+    for point in cfg.points:
+        entry = measured.get(point.id, {"status": "not measured", "note": ""})
+        row: dict[str, Any] = {**point.columns(), "status": entry["status"], "note": entry.get("note", "")}
+        real = entry.get("row") or {}
+        row["measured_s"] = real.get("iteration_time_s", NAN)
+        row["measured_iqr_s"] = real.get("iteration_time_iqr_s", NAN)
+        try:
+            sim = predict(point, cal, catalog)
+            row["predicted_s"] = sim["iteration_time_s"]
+            row["catalog_link"] = sim["intra_link"]
+        except ConfigError as err:
+            sim = {}
+            row["predicted_s"] = NAN
+            row["note"] = (row["note"] + "; " if row["note"] else "") + f"simulator: {err}"
+        row["rel_error"] = relative_error(row["predicted_s"], row["measured_s"])
+        for key in METRICS:
+            row[f"measured_{key}"] = real.get(key, NAN)
+            row[f"predicted_{key}"] = sim.get(key, NAN)
+        rows.append(row)
+    return rows
+
+
+def network_all(cfg: ValidationConfig, cal, *, remeasure: bool, progress=print) -> list[dict[str, Any]]:
+    """Held-out collective sizes: measured (cached) and predicted by the calibrated cost layer."""
+    if not cfg.network:
+        return []
+    from validation.calib import network_rows
+
+    path = cfg.out / NETWORK_FILE
+    cached = None if remeasure else _load(path).get("rows")
+    if cached is None:
+        rows = network_rows(cal, cfg.network, timeout_s=cfg.timeout_s, progress=progress)
+        atomic_write_json(path, {"rows": rows})
+        return rows
+    from sim.cluster import Cluster
+    from validation.calib import calibrated_catalog, link_for, predict_collective_s
+
+    catalog = calibrated_catalog(cal)
+    for r in cached:  # predictions follow the current model
+        link = catalog.link(link_for(cal, r["link"], r["ranks"], r["collective"]))
+        cluster = Cluster(nodes=1, gpus_per_node=r["ranks"], gpu=catalog.gpu(cal.device_name), intra_link=link,
+                          inter_link=link)
+        r["predicted_s"] = predict_collective_s(r["collective"], r["size_bytes"], cluster)
+        r["rel_error"] = (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
+    return cached
+
+
+def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasure: bool = False,
+                   progress=print) -> tuple[int, str]:
+    """Run everything; return (exit status, the text summary). 0: within the thresholds."""
+    from validation.calib import calibrated_catalog, ensure_calibration
+    from validation.report import write_outputs
+
+    cal_dir = Path(str(cfg.calibration.get("dir", cfg.out / "calibration")))
+    cal = ensure_calibration(cal_dir, cfg.calibration, recalibrate=recalibrate, progress=progress)
+    catalog = calibrated_catalog(cal)
+    measured = measure_all(cfg, remeasure=remeasure, progress=progress)
+    rows = compare(cfg, measured, cal, catalog)
+    network = network_all(cfg, cal, remeasure=remeasure, progress=progress)
+    stats = summarize(rows, GROUP_COLUMNS)
+    overall = stats[0]
+    result = verdict(overall, mape_percent=cfg.mape_percent, worst_percent=cfg.worst_percent, min_points=cfg.min_points)
+    net_stats = summarize(network, ("collective", "link", "ranks"))
+    skipped = [r for r in rows if r["status"] != "measured"]
+    text = (f"# Validation: {cfg.name}\n\nConfig: {cfg.path}; calibration: {cal.path} "
+            f"(compute from per-layer profiles, network from collective microbenchmarks; no point's own "
+            f"measurement is used to predict it).\n\n## Iteration time, simulated vs measured\n\n"
+            + format_table(stats)
+            + f"\nThresholds: MAPE <= {cfg.mape_percent:g}%"
+            + (f", worst <= {cfg.worst_percent:g}%" if cfg.worst_percent else "")
+            + f", at least {cfg.min_points} points. Verdict: "
+            + ("PASS" if result.passed else "FAIL (" + "; ".join(result.reasons) + ")") + "\n")
+    if skipped:
+        text += "\nNot compared:\n" + "".join(f"- {r['point']}: {r['status']} ({r['note']})\n" for r in skipped)
+    net_text = ""
+    if network:
+        net_text = ("\n## Network model alone (held-out microbenchmark sizes)\n\n" + format_table(net_stats))
+    write_outputs(cfg.out, rows, [s.as_row() for s in stats], text, network, net_text, cfg.name)
+    if network:
+        from real.results import write_rows
+
+        write_rows(cfg.out / "network_summary.csv", [s.as_row() for s in net_stats])
+    status = 0 if result.passed else 1
+    if math.isnan(overall.mape_percent):
+        status = 1
+    return status, text + net_text
