@@ -30,8 +30,9 @@ def run(args: argparse.Namespace) -> int:
 
     path = Path(args.config) if args.config else (QUICK_CONFIG if args.quick else FULL_CONFIG)
     cfg = load_validation_config(path)
-    if args.out:
-        cfg = replace(cfg, out=Path(args.out))
+    if args.out:  # everything it writes goes there, the calibration too
+        out = Path(args.out)
+        cfg = replace(cfg, out=out, calibration={**cfg.calibration, "dir": str(out / "calibration")})
     status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure,
                                   progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
     sys.stdout.write(text)
