@@ -105,6 +105,19 @@ def _title(ax, title: str, df: pd.DataFrame, name: str) -> None:
     ax.set_title(f"{title}\n{name}: {describe_fixed(df)}", fontsize=10)
 
 
+def _series_lines(data: pd.DataFrame):
+    """(color, label, line style, rows sorted by GPUs) per series and source: simulated points
+    solid, measured ones dashed and hollow in the same color."""
+    series = list(dict.fromkeys(data["series"]))
+    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
+        marker = MARKERS[i % len(MARKERS)]
+        for source, style in (("sim", dict(marker=marker, linestyle="-")),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
+            part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
+            if not part.empty:
+                yield color, (s if source == "sim" else f"{s} (measured)"), style, part
+
+
 def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     data, note = _limit_series(data)
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
@@ -112,19 +125,11 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.plot(gpus, gpus, color="black", linestyle="--", linewidth=1, label="ideal (speedup = GPUs)")
     ax.plot(gpus, [TARGET_EFFICIENCY * g for g in gpus], color="grey", linestyle=":", linewidth=1,
             label="75 % efficiency (4 machines do the work of 3)")
-    series = list(dict.fromkeys(data["series"]))
-    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
-        marker = MARKERS[i % len(MARKERS)]
-        for source, style in (("sim", dict(marker=marker, linestyle="-")),
-                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
-            part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
-            if part.empty:
-                continue
-            label = s if source == "sim" else f"{s} (measured)"
-            ax.plot(part[GPU_COLUMN], part["speedup"], color=color, label=label, **style)
-            last = part.iloc[-1]
-            ax.annotate(f"{100 * last['scaling_efficiency']:.0f} %", (last[GPU_COLUMN], last["speedup"]),
-                        textcoords="offset points", xytext=(6, -3), fontsize=8, color=color)
+    for color, label, style, part in _series_lines(data):
+        ax.plot(part[GPU_COLUMN], part["speedup"], color=color, label=label, **style)
+        last = part.iloc[-1]
+        ax.annotate(f"{100 * last['scaling_efficiency']:.0f} %", (last[GPU_COLUMN], last["speedup"]),
+                    textcoords="offset points", xytext=(6, -3), fontsize=8, color=color)
     _gpu_axis(ax, gpus)
     ax.set_yscale("log", base=2)
     ax.set_ylabel("speedup over 1 GPU (x, log scale)")
@@ -141,15 +146,8 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
     ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2,
                label="75 %: 4 machines doing the work of 3")
-    series = list(dict.fromkeys(data["series"]))
-    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
-        marker = MARKERS[i % len(MARKERS)]
-        for source, style in (("sim", dict(marker=marker, linestyle="-")),
-                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
-            part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
-            if not part.empty:
-                ax.plot(part[GPU_COLUMN], 100 * part["scaling_efficiency"], color=color,
-                        label=s if source == "sim" else f"{s} (measured)", **style)
+    for color, label, style, part in _series_lines(data):
+        ax.plot(part[GPU_COLUMN], 100 * part["scaling_efficiency"], color=color, label=label, **style)
     _gpu_axis(ax, gpus)
     ax.set_ylim(0, 105)
     ax.set_ylabel("scaling efficiency T1 / TN (%)")
