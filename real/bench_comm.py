@@ -93,6 +93,7 @@ def run_comm_bench(ctx) -> dict[str, Any]:
     import torch.distributed as dist
 
     from real.results import median_iqr
+    from real.strategies import timed_phase
 
     job = ctx.job
     n, rank = ctx.world, ctx.rank
@@ -108,9 +109,9 @@ def run_comm_bench(ctx) -> dict[str, Any]:
                 dist.barrier()
                 break
             wrong = torch.tensor([check()], dtype=torch.float64)
-            reps = job["iterations"] if size <= 4 * KIB * KIB else max(3, job["iterations"] // 4)
-            times = []
-            for i in range(job["warmup"] + reps):
+            least = job["iterations"] if size <= 4 * KIB * KIB else max(3, job["iterations"] // 4)
+
+            def one(_i: int, run=run) -> tuple[float, float]:
                 dist.barrier()
                 t0 = time.perf_counter()
                 run()
@@ -118,8 +119,10 @@ def run_comm_bench(ctx) -> dict[str, Any]:
                     torch.cuda.synchronize()
                 elapsed = time.perf_counter() - t0
                 ctx.beat()
-                if i >= job["warmup"]:
-                    times.append(elapsed)
+                return elapsed, elapsed
+
+            times = timed_phase(ctx, one, job["warmup"], least=least)
+            reps = len(times)
             slowest = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
             dist.all_reduce(wrong)
@@ -133,7 +136,8 @@ def run_comm_bench(ctx) -> dict[str, Any]:
 
 def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 64 * KIB * KIB,
                         min_bytes: int = KIB, backend: str = "gloo", iterations: int = 20, warmup: int = 3,
-                        timeout_s: float = 60, link: str | None = None, topology: str = "shared") -> list[dict]:
+                        timeout_s: float = 60, link: str | None = None, topology: str = "shared",
+                        min_time_s: float = 0.0, max_iterations: int = 0) -> list[dict]:
     from real.launch import launch
     from real.results import environment_columns
     from sim.errors import ConfigError, require_positive
@@ -146,7 +150,8 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
             raise ConfigError("--collectives", name, COLLECTIVES)
     require_positive("--max-bytes", max_bytes, integer=True)
     job = {"kind": "comm", "collectives": list(collectives), "max_bytes": max_bytes, "min_bytes": min_bytes,
-           "iterations": iterations, "warmup": warmup, "backend": backend, "link": link, "topology": topology}
+           "iterations": iterations, "warmup": warmup, "min_time_s": min_time_s, "max_iterations": max_iterations,
+           "backend": backend, "link": link, "topology": topology}
     deadline_s = timeout_s * 3 + 60 + len(collectives) * 60
     if link:
         from real.netem import Namespace

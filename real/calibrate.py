@@ -2,7 +2,9 @@
 
 1. device: copy bandwidth, sgemm rate and a tiny op's latency (this process, all threads);
 2. per-layer forward/backward times of each CPU-sized workload alone and with k co-located
-   ranks (k processes running the same profile at once, the same threads per rank for every k);
+   ranks (k processes running the same profile at once, the same threads per rank for every k),
+   and the whole compute-only training step with k co-located ranks at the harness' threads
+   (the layer profile gives the shares, the step the totals: sim/calibration.py);
 3. collective microbenchmarks per link setting (real/bench_comm.py) and their alpha-beta fits
    (real/fit.py), the allreduce fit becoming the catalog's link entry.
 """
@@ -70,6 +72,23 @@ def profile_colocated(models: list[str], batches: dict[str, int], k: int, *, ite
     return out
 
 
+def profile_steps(models: list[str], batches: dict[str, int], k: int, *, iterations: int, warmup: int,
+                  timeout_s: float, min_time_s: float = 1.0, max_iterations: int = 200) -> dict[str, dict[str, Any]]:
+    """The whole compute-only step of each model on k co-located ranks at the harness' threads
+    (real/profile_layers.py ``run_step_profile``); per model: forward, backward, optimizer, total."""
+    from sim.workload import load_workload, zoo_names
+
+    out = {}
+    for model in models:
+        optimizer = load_workload(model).optimizer if model in zoo_names() else "momentum"
+        job = {"kind": "step_profile", "models": [model], "batch_sizes": [batches[model]], "iterations": iterations,
+               "warmup": warmup, "min_time_s": min_time_s, "max_iterations": max_iterations, "backend": "gloo",
+               "threads": 0, "optimizer": optimizer}
+        raw = launch(job, k, timeout_s=timeout_s, deadline_s=timeout_s * 4 + 60)
+        out[model] = {key: v for key, v in raw["rows"][0].items() if key not in ("model", "batch_size")}
+    return out
+
+
 def _rank_mean(per_rank: list[dict[str, Any]], key: str) -> list[float]:
     return [statistics.fmean(r[key][i] for r in per_rank) for i in range(len(per_rank[0][key]))]
 
@@ -108,7 +127,8 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
               comm_ranks: tuple[int, ...] = (2,), links: tuple[str | None, ...] = (None,),
               collectives: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter", "broadcast", "sendrecv"),
               max_bytes: int = 64 * 2**20, iterations: int = 10, warmup: int = 2, timeout_s: float = 60,
-              threads: int = 1, progress=print) -> dict[str, Any]:
+              threads: int = 1, min_time_s: float = 0.5, max_iterations: int = 200,
+              progress=print) -> dict[str, Any]:
     out = Path(out_dir)
     models = models or list(DEFAULT_BATCH)
     batches = {m: DEFAULT_BATCH.get(m, 16) for m in models}
@@ -120,15 +140,22 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
         for entry in profile_colocated(models, batches, k, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
                                        threads=threads):
             profiles[entry["model"]][k] = entry
+    steps: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in models}
+    for k in sorted(set(colocated) | {1}):
+        progress(f"whole compute-only steps with {k} co-located rank(s)")
+        for m, entry in profile_steps(models, batches, k, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
+                                      min_time_s=2 * min_time_s, max_iterations=max_iterations).items():
+            steps[m][k] = entry
     slowdown = {k: statistics.fmean(profiles[m][k]["iteration_wall_s"] / profiles[m][1]["iteration_wall_s"]
                                     for m in models) for k in sorted(profiles[models[0]])}
-    workloads = {m: {batches[m]: _layer_entry(m, profiles[m])} for m in models}
+    workloads = {m: {batches[m]: {**_layer_entry(m, profiles[m]), "steps": steps[m]}} for m in models}
     comm_rows, fits, catalog_links = [], [], {}
     for link in links:
         for n in comm_ranks:
             progress(f"collectives on {n} ranks, link {link or 'loopback'}")
             rows = measure_collectives(n, list(collectives), max_bytes=max_bytes, iterations=iterations,
-                                       warmup=warmup, timeout_s=timeout_s, link=link)
+                                       warmup=warmup, timeout_s=timeout_s, link=link, min_time_s=min_time_s,
+                                       max_iterations=max_iterations)
             comm_rows.extend(rows)
             for c in collectives:
                 sel = [r for r in rows if r["collective"] == c and r.get("wrong") == 0]

@@ -27,31 +27,39 @@ from sim.errors import ConfigError, require_positive
 NAN = float("nan")
 
 
-def job_for(spec: dict[str, Any], options, iterations: int, warmup: int) -> dict[str, Any]:
+def job_for(spec: dict[str, Any], options, iterations: int, warmup: int, *, min_time_s: float = 0.0,
+            max_iterations: int = 0) -> dict[str, Any]:
     kind = "ps_async" if options.strategy == "ps_async" else "train"
-    return {"kind": kind, "spec": spec, "iterations": iterations, "warmup": warmup,
-            "backend": options.backend, "threads": options.threads}
+    return {"kind": kind, "spec": spec, "iterations": iterations, "warmup": warmup, "min_time_s": min_time_s,
+            "max_iterations": max_iterations, "backend": options.backend, "threads": options.threads}
 
 
 def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_s: float = 60,
-                  link: str | None = None, topology: str = "shared") -> dict:
-    """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row."""
+                  link: str | None = None, topology: str = "shared", min_time_s: float = 0.0,
+                  max_iterations: int = 0) -> dict:
+    """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row.
+
+    Each timed phase runs at least ``iterations`` repetitions and, with ``min_time_s``, as many
+    more as fill that time (at most ``max_iterations``; real/timing.py)."""
     scenario, options, raw = run_spec(spec, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
-                                      link=link, topology=topology)
+                                      link=link, topology=topology, min_time_s=min_time_s,
+                                      max_iterations=max_iterations)
     return row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
 
 
 def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, warmup: int, link: str | None,
                  topology: str) -> dict[str, Any]:
     row = {**scenario_columns(scenario), **metrics_from_ranks(raw, scenario.workload.batch_size)}
+    timed = len(raw["ranks"][0].get("iteration", [])) or iterations
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
-                "iterations": iterations, "warmup": warmup})
+                "iterations": timed, "warmup": warmup})
     row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads")))
     return row
 
 
 def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link: str | None = None,
-             topology: str = "shared") -> tuple[Any, Any, dict[str, Any]]:
+             topology: str = "shared", min_time_s: float = 0.0,
+             max_iterations: int = 0) -> tuple[Any, Any, dict[str, Any]]:
     """Validate, launch and return (scenario, options, rank 0's gathered per-rank data)."""
     require_positive("iterations", iterations, integer=True)
     require_positive("warmup", warmup, integer=True, allow_zero=True)
@@ -66,9 +74,11 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
     world = scenario.cluster.world_size
     if options.strategy == "pipeline" and world < 2:
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
-    job = job_for(spec, options, iterations, warmup)
+    require_positive("min_time_s", min_time_s, allow_zero=True)
+    require_positive("max_iterations", max_iterations, integer=True, allow_zero=True)
+    job = job_for(spec, options, iterations, warmup, min_time_s=min_time_s, max_iterations=max_iterations)
     job["link"], job["topology"] = link, topology
-    deadline_s = timeout_s * 3 + 30
+    deadline_s = timeout_s * 3 + 30 + 4 * min_time_s  # four timed phases, each at least min_time_s
     from real.launch import launch
 
     if link:

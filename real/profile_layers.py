@@ -85,3 +85,49 @@ def run_layer_profile(ctx) -> dict[str, Any]:
     gathered: list[Any] = [None] * ctx.world
     dist.all_gather_object(gathered, results)
     return {"ranks": gathered, "world": ctx.world} if ctx.rank == 0 else {}
+
+
+def run_step_profile(ctx) -> dict[str, Any]:
+    """The whole compute-only training step (forward, loss, backward, optimizer: the same
+    ``LocalTrainer`` the harness times as its compute-only phase), on every co-located rank at
+    once, each repetition started after a barrier and counted as its slowest rank. The ranks
+    run the harness' threads (cores // ranks): the layer profile's detached, one-thread passes
+    see neither the autograd graph of the whole model nor the threads a lone rank gets."""
+    import torch.distributed as dist
+
+    from real.results import median_iqr, slowest_per_iteration
+    from real.strategies import timed_phase
+    from real.strategies.common import LocalTrainer, rank_batches
+
+    job = ctx.job
+    out = []
+    for model_name in job["models"]:
+        for batch in job["batch_sizes"]:
+            from real.models import build_model
+
+            local = LocalTrainer(build_model(model_name, 0), model_name, job.get("optimizer", "momentum"), 0.01)
+            batches = rank_batches(model_name, batch, 0, ctx.rank)
+
+            def one(i: int, local=local, batches=batches) -> tuple[float, list[float]]:
+                x, y = batches[i % len(batches)]
+                dist.barrier()
+                t = local.step(x, y)
+                ctx.beat()
+                return t.total_s, [t.forward_s, t.backward_s, t.optimizer_s]
+
+            rows = timed_phase(ctx, one, int(job["warmup"]))
+            gathered: list[Any] = [None] * ctx.world
+            dist.all_gather_object(gathered, rows)
+            if ctx.rank == 0:
+                parts = [median_iqr(slowest_per_iteration([[r[k] for r in g] for g in gathered]))[0] for k in range(3)]
+                total, iqr = median_iqr(slowest_per_iteration([[sum(r) for r in g] for g in gathered]))
+                out.append({"model": model_name, "batch_size": batch, "fwd_s": parts[0], "bwd_s": parts[1],
+                            "opt_s": parts[2], "total_s": total, "total_iqr_s": iqr, "repetitions": len(rows),
+                            "threads": _threads_now()})
+    return {"rows": out, "world": ctx.world} if ctx.rank == 0 else {}
+
+
+def _threads_now() -> int:
+    import torch
+
+    return torch.get_num_threads()

@@ -150,6 +150,10 @@ def _dispatch(ctx: Context) -> dict[str, Any] | None:
         from real.profile_layers import run_layer_profile
 
         return run_layer_profile(ctx)
+    if kind == "step_profile":
+        from real.profile_layers import run_step_profile
+
+        return run_step_profile(ctx)
     if kind == "interleaved":
         from real.bare_ddp import run_interleaved
 

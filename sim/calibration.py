@@ -15,6 +15,9 @@ Co-location model (ranks on one machine share its cores): per-rank compute time 
 = time alone x s(k), s measured at the k that were run; between them linear interpolation;
 beyond the largest measured k_max, processor sharing: s(k) = s(k_max) x k / k_max.
 Batch sizes not measured scale linearly from the nearest measured batch (t ~ batch).
+Where the whole compute-only step was measured with k ranks (``steps``: forward, backward,
+optimizer, each rank at the harness' threads, slowest rank per repetition), the layer times are
+scaled to it and the optimizer step is taken from it (``layer_times_s``, ``optimizer_time_s``).
 """
 
 from __future__ import annotations
@@ -71,21 +74,56 @@ def colocation_slowdown(cal: Calibration, ranks: int) -> float:
     return measured[lo] + (measured[hi] - measured[lo]) * (ranks - lo) / (hi - lo)
 
 
-def layer_times_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> tuple[list[str], list[float], list[float]]:
-    """(layer names, forward s, backward s) for ``model`` at ``batch_size`` with ``ranks`` co-located."""
+def _workload_entry(cal: Calibration, model: str, batch_size: int) -> tuple[dict[str, Any], float]:
+    """(the calibrated entry at the nearest measured batch, batch_size / that batch)."""
     workloads = cal.device.get("workloads") or {}
     if model not in workloads:
         raise ConfigError("calibration.workload", model, sorted(workloads) or "a calibrated workload (none in this file)")
     batches = {int(b): entry for b, entry in workloads[model].items()}
     nearest = min(batches, key=lambda b: (abs(b - batch_size), b))
-    entry = batches[nearest]
-    scale = batch_size / nearest
+    return batches[nearest], batch_size / nearest
+
+
+def step_times(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> dict[str, float] | None:
+    """The measured whole compute-only step with ``ranks`` co-located ranks (forward, backward,
+    optimizer and total seconds at the calibrated batch), or None where it was not measured."""
+    entry, _ = _workload_entry(cal, model, batch_size)
+    steps = {int(k): v for k, v in (entry.get("steps") or {}).items()}
+    return {k: float(v) for k, v in steps[ranks].items() if k.endswith("_s")} if ranks in steps else None
+
+
+def layer_times_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> tuple[list[str], list[float], list[float]]:
+    """(layer names, forward s, backward s) for ``model`` at ``batch_size`` with ``ranks`` co-located.
+
+    The per-layer profile gives each layer's share; where the whole step was measured at this k
+    (``steps``), the shares are scaled to it: forward layers sum to the step's forward and
+    backward layers to its backward, each part first scaled by total / (forward + backward +
+    optimizer) so the three parts add up to the median step (a median of sums is not the sum of
+    medians). A per-layer pass on a detached input misses the whole model's autograd graph and
+    runs with one thread where the harness gives a lone rank all cores."""
+    entry, scale = _workload_entry(cal, model, batch_size)
     per_k = {int(k): v for k, v in (entry.get("colocated") or {}).items()}
     if ranks in per_k:
         times, factor = per_k[ranks], scale
     else:
         times, factor = per_k[1], scale * colocation_slowdown(cal, ranks)
-    return list(entry["layers"]), [t * factor for t in times["fwd_s"]], [t * factor for t in times["bwd_s"]]
+    fwd, bwd = [t * factor for t in times["fwd_s"]], [t * factor for t in times["bwd_s"]]
+    step = step_times(cal, model, batch_size, ranks)
+    if step is not None and sum(fwd) > 0 and sum(bwd) > 0:
+        parts = step["fwd_s"] + step["bwd_s"] + step["opt_s"]
+        whole = step["total_s"] / parts if parts > 0 else 1.0
+        f_scale, b_scale = step["fwd_s"] * whole * scale / sum(fwd), step["bwd_s"] * whole * scale / sum(bwd)
+        fwd, bwd = [t * f_scale for t in fwd], [t * b_scale for t in bwd]
+    return list(entry["layers"]), fwd, bwd
+
+
+def optimizer_time_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> float | None:
+    """The measured optimizer step with ``ranks`` co-located (independent of the batch), if any."""
+    step = step_times(cal, model, batch_size, ranks)
+    if step is None:
+        return None
+    parts = step["fwd_s"] + step["bwd_s"] + step["opt_s"]
+    return step["opt_s"] * (step["total_s"] / parts if parts > 0 else 1.0)
 
 
 def apply_calibration(scenario: Scenario, cal: Calibration) -> Scenario:
@@ -102,7 +140,8 @@ def apply_calibration(scenario: Scenario, cal: Calibration) -> Scenario:
         else:
             raise ConfigError(f"calibration.workloads.{w.name}", layer.name, "layers " + ", ".join(names))
         layers.append(replace(layer, fwd_time_s=f, bwd_time_s=b))
-    return replace(scenario, workload=replace(w, layers=tuple(layers)))
+    return replace(scenario, workload=replace(w, layers=tuple(layers), optimizer_time_s=optimizer_time_s(
+        cal, w.name, w.batch_size, scenario.cluster.gpus_per_node)))
 
 
 def calibrated_scenario(spec: dict[str, Any], path: str | Path) -> Scenario:

@@ -46,6 +46,9 @@ class Workload:
     batch_size: int
     """Samples per GPU per iteration (weak scaling keeps it fixed as GPUs are added)."""
     optimizer: str = "momentum"
+    optimizer_time_s: float | None = None
+    """Measured optimizer step over all parameters on the cluster's device, if calibrated
+    (sim/calibration.py); None: the memory-bound roofline of sim/costs/compute.py."""
     description: str = ""
     source: str = ""
     published: dict[str, Any] | None = None

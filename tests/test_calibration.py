@@ -108,3 +108,56 @@ def test_calibrated_scenario_from_a_spec_with_a_real_section(tmp_path):
     scenario = calibrated_scenario(spec, tmp_path)
     assert scenario.cluster.gpu.name == "cpu_local"
     assert [layer.fwd_time_s for layer in scenario.workload.layers] == pytest.approx([2.4e-3, 4.8e-3, 7.2e-3])
+
+
+def _with_steps(path):
+    """The calibration above plus a measured whole step at k = 2 (forward 9 ms, backward 18 ms,
+    optimizer 1 ms, median total 30 ms: the parts add up to 28 ms, so each is scaled by 30/28)."""
+    cal = _write_calibration(path)
+    device = dict(cal.device)
+    device["workloads"]["mlp"][64]["steps"] = {2: {"fwd_s": 9e-3, "bwd_s": 18e-3, "opt_s": 1e-3, "total_s": 30e-3,
+                                                  "repetitions": 40, "threads": 1}}
+    (path / "device.yaml").write_text(yaml.safe_dump(device))
+    return load_calibration(path)
+
+
+def test_layer_times_scaled_to_the_measured_whole_step_keeping_the_profile_shares(tmp_path):
+    cal = _with_steps(tmp_path)
+    whole = 30 / 28
+    _, fwd, bwd = layer_times_s(cal, "mlp", 64, ranks=2)
+    assert sum(fwd) == pytest.approx(9e-3 * whole)
+    assert sum(bwd) == pytest.approx(18e-3 * whole)
+    profile = [1.5e-3, 2.5e-3, 3.5e-3]
+    assert [f / sum(fwd) for f in fwd] == pytest.approx([p / sum(profile) for p in profile])
+    _, fwd_half, _ = layer_times_s(cal, "mlp", 32, ranks=2)
+    assert sum(fwd_half) == pytest.approx(9e-3 * whole / 2)  # batch scaling still applies
+    _, fwd1, _ = layer_times_s(cal, "mlp", 64, ranks=1)
+    assert fwd1 == [1e-3, 2e-3, 3e-3]  # no step measured at k = 1: the profile as it is
+
+
+def test_calibrated_optimizer_step_replaces_the_roofline_and_the_iteration_adds_up(tmp_path):
+    from sim.calibration import optimizer_time_s
+    from sim.catalog import load_catalog_file
+    from sim.simulate import simulate
+
+    cal = _with_steps(tmp_path)
+    assert optimizer_time_s(cal, "mlp", 64, ranks=2) == pytest.approx(1e-3 * 30 / 28)
+    assert optimizer_time_s(cal, "mlp", 64, ranks=1) is None
+    spec = {"workload": {"model": "mlp", "batch_size": 64},
+            "cluster": {"gpus": 2, "gpus_per_node": 2, "gpu": "cpu_local", "intra_link": "gloo_loopback",
+                        "inter_link": "gloo_loopback"}}
+    scenario = apply_calibration(scenario_from_dict(spec, load_catalog_file(cal.catalog_file)), cal)
+    result = simulate(scenario)
+    assert result.optimizer_time_s == pytest.approx(1e-3 * 30 / 28)
+    assert result.compute_time_s == pytest.approx(30e-3)  # the measured step, all three parts
+
+
+def test_repetitions_fill_the_minimum_time_within_the_bounds():
+    from real.timing import repetitions
+
+    assert repetitions([0.01, 0.03], iterations=10) == 10  # no minimum time: the count asked for
+    assert repetitions([0.01, 0.03], iterations=10, min_time_s=1.0, max_iterations=200) == 50  # 1 s / 20 ms
+    assert repetitions([1e-4], iterations=10, min_time_s=1.0, max_iterations=200) == 200  # capped
+    assert repetitions([2.0], iterations=10, min_time_s=1.0, max_iterations=200) == 10  # never fewer
+    assert repetitions([], iterations=7, min_time_s=1.0, max_iterations=200) == 7  # no warm-up to go by
+    assert repetitions([1e-4], iterations=10, min_time_s=1.0) == 10  # max 0: no more than asked

@@ -181,6 +181,7 @@ def network_rows(cal: Calibration, settings: dict[str, Any], *, timeout_s: float
             measured = measure_collectives(n, collectives, min_bytes=int(settings.get("min_bytes", 2048)),
                                            max_bytes=int(settings.get("max_bytes", 2 * 2**20)),
                                            iterations=int(settings.get("iterations", 6)), warmup=1,
+                                           min_time_s=0.5, max_iterations=200,
                                            timeout_s=timeout_s, link=None if link == "loopback" else link)
             for r in measured:
                 if "time_s" not in r:

@@ -19,7 +19,7 @@ from sim.errors import ConfigError, reject_unknown_keys, require_choice, require
 CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibration", "network",
                "batch_sizes", "defaults", "sweeps")
 THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
-MEASURE_KEYS = ("iterations", "warmup", "timeout_s")
+MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations")
 CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "codec_ranks",
                     "framework_ranks")
 NETWORK_KEYS = ("ranks", "links", "collectives", "min_bytes", "max_bytes", "iterations")
@@ -78,6 +78,9 @@ class ValidationConfig:
     iterations: int
     warmup: int
     timeout_s: float
+    min_time_s: float = 0.0
+    """Each timed phase of a point runs at least this long (real/timing.py), up to max_iterations."""
+    max_iterations: int = 0
     calibration: dict[str, Any]
     network: dict[str, Any]
     points: tuple[Point, ...]
@@ -196,6 +199,9 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
         iterations=require_positive("measure.iterations", measure.get("iterations", 10), integer=True),
         warmup=require_positive("measure.warmup", measure.get("warmup", 3), integer=True, allow_zero=True),
         timeout_s=float(require_positive("measure.timeout_s", measure.get("timeout_s", 120))),
+        min_time_s=float(require_positive("measure.min_time_s", measure.get("min_time_s", 0), allow_zero=True)),
+        max_iterations=require_positive("measure.max_iterations", measure.get("max_iterations", 0), integer=True,
+                                        allow_zero=True),
         calibration=calibration,
         network=network,
         points=tuple(points),

@@ -35,18 +35,24 @@ DTYPES = ("fp32", "fp16", "bf16")
 SIZES_ELEMS = (2**16, 2**18, 2**20)
 
 
-def _timed(fn, iterations: int, warmup: int) -> float:
-    """Median over iterations of the slowest rank (each started after a barrier)."""
+def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterations: int = 1000) -> float:
+    """Median over repetitions of the slowest rank (each started after a barrier); at least
+    ``iterations`` and enough to last ``min_time_s`` (real/timing.py)."""
     import torch
     import torch.distributed as dist
 
-    times = []
-    for i in range(warmup + iterations):
+    from real.timing import agreed_repetitions
+
+    def once() -> float:
         dist.barrier()
         t0 = time.perf_counter()
         fn()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0
+
+    warm = [once() for _ in range(warmup)]
+    count = agreed_repetitions(warm, {"iterations": iterations, "min_time_s": min_time_s,
+                                      "max_iterations": max_iterations})
+    times = [once() for _ in range(count)]
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return statistics.median(slowest.tolist())

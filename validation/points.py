@@ -12,7 +12,7 @@ import importlib.util
 from dataclasses import replace
 from typing import Any
 
-from sim.calibration import Calibration, apply_calibration, layer_times_s
+from sim.calibration import Calibration, apply_calibration, layer_times_s, optimizer_time_s
 from sim.catalog import Catalog, Link
 from sim.config import scenario_from_dict
 from sim.costs.colocation import shared_device
@@ -151,7 +151,8 @@ def apply_coarse_calibration(scenario, cal: Calibration):
     f_share, b_share = shares(lambda x: x.fwd_flops), shares(lambda x: x.bwd_flops)
     layers = tuple(replace(layer, fwd_time_s=units[owner[i]][0] * f_share[i], bwd_time_s=units[owner[i]][1] * b_share[i])
                    for i, layer in enumerate(w.layers))
-    return replace(scenario, workload=replace(w, layers=layers))
+    return replace(scenario, workload=replace(w, layers=layers, optimizer_time_s=optimizer_time_s(
+        cal, w.name, w.batch_size, scenario.cluster.gpus_per_node)))
 
 
 def predict(point: Point, cal: Calibration, catalog: Catalog) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print) -> di
         progress(f"[{i + 1}/{len(cfg.points)}] measuring {point.id}")
         try:
             row = measure_point(real_spec(point), iterations=cfg.iterations, warmup=cfg.warmup,
-                                timeout_s=cfg.timeout_s, link=None if point.link == "loopback" else point.link)
+                                timeout_s=cfg.timeout_s, link=None if point.link == "loopback" else point.link,
+                                min_time_s=cfg.min_time_s, max_iterations=cfg.max_iterations)
             cache[point.id] = {"status": "measured", "row": row}
         except (RunFailed, ConfigError) as err:
             cache[point.id] = {"status": "failed", "note": str(err).splitlines()[0]}

@@ -12,6 +12,7 @@ Per-rank lists of seconds go to rank 0, which keeps, per iteration, the slowest 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ import torch.distributed as dist
 
 from real.config import real_scenario
 from real.strategies.common import LocalTrainer, StepTimes, base_model, rank_batches
+from real.timing import agreed_repetitions
 
 TRAINERS = ("ddp", "ps_sync", "pipeline")
 
@@ -42,7 +44,7 @@ def _trainer(ctx, scenario, options, model):
 def run_training(ctx) -> dict[str, Any]:
     job = ctx.job
     scenario, options = real_scenario(job["spec"])
-    iterations, warmup = int(job["iterations"]), int(job["warmup"])
+    warmup = int(job["warmup"])
     batch = scenario.workload.batch_size
     model = base_model(scenario).to(ctx.device)
     data_rank = 0 if options.strategy == "pipeline" else ctx.rank  # pipeline stages share one batch
@@ -55,15 +57,16 @@ def run_training(ctx) -> dict[str, Any]:
         if ctx.rank == 0:
             out["baseline"] = _compute_only(ctx, LocalTrainer(model, scenario.workload.name,
                                                               scenario.workload.optimizer, options.lr),
-                                            batches, iterations, warmup, barrier=False)
+                                            batches, warmup, barrier=False)
         dist.barrier()
     if options.strategy != "pipeline":
         local = LocalTrainer(model, scenario.workload.name, scenario.workload.optimizer, options.lr)
-        out["compute"] = _compute_only(ctx, local, batches, iterations, warmup, barrier=True)
+        out["compute"] = _compute_only(ctx, local, batches, warmup, barrier=True)
 
     trainer = _trainer(ctx, scenario, options, model)
-    times, cpu_times, losses = [], [], []
-    for i in range(warmup + iterations):
+    losses = []
+
+    def one(i: int) -> tuple[float, tuple[float, float]]:
         if fault.get("rank") == ctx.rank and fault.get("iteration") == i:
             _inject(fault.get("mode", "kill"))
         x, y = batches[i % len(batches)]
@@ -75,16 +78,17 @@ def run_training(ctx) -> dict[str, Any]:
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         ctx.beat()
         losses.append(loss)
-        if i >= warmup:
-            times.append(elapsed)
-            cpu_times.append(cpu)
+        return elapsed, (elapsed, cpu)
+
+    timed = timed_phase(ctx, one, warmup)
+    times, cpu_times = [t for t, _ in timed], [c for _, c in timed]
     out["iteration"] = times
     out["iteration_cpu"] = cpu_times
     out["losses"] = losses
     if hasattr(trainer, "bucket_sizes_bytes"):
         sizes = trainer.bucket_sizes_bytes()
         out["bucket_bytes"] = sizes
-        out["comm"] = _comm_only(ctx, sizes, iterations, warmup)
+        out["comm"] = _comm_only(ctx, sizes, warmup)
     out.update(trainer.info())
     gathered: list[Any] = [None] * ctx.world
     dist.all_gather_object(gathered, out)
@@ -105,24 +109,34 @@ def _inject(mode: str) -> None:
         time.sleep(3600)
 
 
-def _compute_only(ctx, local: LocalTrainer, batches, iterations: int, warmup: int, *, barrier: bool) -> list[list[float]]:
-    rows = []
-    for i in range(warmup + iterations):
+def timed_phase(ctx, one: Callable[[int], tuple[float, Any]], warmup: int, *, collective: bool = True,
+                least: int | None = None) -> list[Any]:
+    """Run ``one(i)`` (-> (seconds, record)) ``warmup`` times untimed, then as many times as the job
+    asks (real/timing.py: at least ``least`` or the job's ``iterations``, enough for ``min_time_s``),
+    every rank the same number when ``collective``; the records of the timed repetitions."""
+    warm = [one(i)[0] for i in range(warmup)]
+    count = agreed_repetitions(warm, ctx.job if least is None else {**ctx.job, "iterations": least},
+                               collective=collective)
+    return [one(warmup + i)[1] for i in range(count)]
+
+
+def _compute_only(ctx, local: LocalTrainer, batches, warmup: int, *, barrier: bool) -> list[list[float]]:
+    def one(i: int) -> tuple[float, list[float]]:
         x, y = batches[i % len(batches)]
         if barrier:
             dist.barrier()
         times: StepTimes = local.step(x, y)
         ctx.beat()
-        if i >= warmup:
-            rows.append([times.forward_s, times.backward_s, times.optimizer_s])
-    return rows
+        return times.total_s, [times.forward_s, times.backward_s, times.optimizer_s]
+
+    return timed_phase(ctx, one, warmup, collective=barrier)
 
 
-def _comm_only(ctx, sizes_bytes: list[int], iterations: int, warmup: int) -> list[float]:
+def _comm_only(ctx, sizes_bytes: list[int], warmup: int) -> list[float]:
     """The iteration's bucket allreduces, back to back, without compute (fp32 buckets)."""
     tensors = [torch.zeros(max(1, s // 4), device=ctx.device) for s in sizes_bytes]
-    times = []
-    for i in range(warmup + iterations):
+
+    def one(i: int) -> tuple[float, float]:
         dist.barrier()
         t0 = time.perf_counter()
         for t in tensors:
@@ -131,6 +145,6 @@ def _comm_only(ctx, sizes_bytes: list[int], iterations: int, warmup: int) -> lis
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - t0
         ctx.beat()
-        if i >= warmup:
-            times.append(elapsed)
-    return times
+        return elapsed, elapsed
+
+    return timed_phase(ctx, one, warmup)

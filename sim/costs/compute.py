@@ -51,3 +51,12 @@ def _one_layer(
 def optimizer_step_time_s(param_count: int, dtype_bytes: int, optimizer: str, gpu: GPU) -> float:
     """Memory-bound update: t = traffic(optimizer) x params x bytes / memory bandwidth."""
     return OPTIMIZER_TRAFFIC[optimizer] * param_count * dtype_bytes / gpu.memory_bandwidth_Bps
+
+
+def workload_optimizer_time_s(workload: Workload, param_count: float, dtype_bytes: int, gpu: GPU) -> float:
+    """The optimizer step over ``param_count`` of the workload's parameters: the calibrated step
+    pro rata, t = t_measured x param_count / total params (the update is one pass per parameter),
+    else the roofline ``optimizer_step_time_s``."""
+    if workload.optimizer_time_s is not None and workload.param_count > 0:
+        return workload.optimizer_time_s * param_count / workload.param_count
+    return optimizer_step_time_s(int(param_count), dtype_bytes, workload.optimizer, gpu)

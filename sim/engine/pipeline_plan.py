@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sim.config import Scenario
 from sim.costs.collectives import link_of
-from sim.costs.compute import layer_times_s, optimizer_step_time_s
+from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.network import message_time_s
 from sim.costs.pipeline import balance_stages
 from sim.costs.tensor import tp_layer_comm_s
@@ -83,7 +83,7 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
             index=s, layers=(lo, hi), fwd_s=sum(fwd[lo:hi]), bwd_s=sum(bwd[lo:hi]),
             tp_comm_s=2 * sum(tp_comm[lo:hi]), send_s=send_s, send_link=link, send_bytes=send_bytes,
             dp_sync_s=dp_s, codec_s=codec_s, dp_bytes_by_link=dp_bytes,
-            optimizer_s=optimizer_step_time_s(int(shard_params), dtype_bytes, workload.optimizer, cluster.gpu),
+            optimizer_s=workload_optimizer_time_s(workload, shard_params, dtype_bytes, cluster.gpu),
             param_count=params,
         ))
     return PipelinePlan(tuple(stages), m, strategy.schedule, dp, tp, _tp_bytes(scenario, micro_batch, dtype_bytes, tp_cluster))

@@ -14,7 +14,7 @@ from sim.codecs import CODECS
 from sim.config import Scenario
 from sim.costs.codecs import compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s, gradient_sync_steps
-from sim.costs.compute import layer_times_s, optimizer_step_time_s
+from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.ps import ps_placed_push_pull, round_robin_placement
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
@@ -133,7 +133,7 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         buckets=tuple(buckets),
         bucket_comm_s=tuple(comm_s),
         bucket_bytes_by_link=tuple(link_bytes),
-        optimizer_s=optimizer_step_time_s(workload.param_count, dtype_bytes, workload.optimizer, cluster.gpu),
+        optimizer_s=workload_optimizer_time_s(workload, workload.param_count, dtype_bytes, cluster.gpu),
         overlap=strategy.overlap,
         bucket_codec_s=tuple(codec_s),
     )
