@@ -26,6 +26,7 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 STRATEGY_KEYS = (
     "kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
+    "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule",
     "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
 )
@@ -51,6 +52,12 @@ class Strategy:
     error_feedback: bool = False
     codec_reduce_ns_per_elem: float | None = None
     """Override of the codec's per-element local-sum cost (set by calibration)."""
+    codec_encode_ns_per_elem: float | None = None
+    """Measured encode cost per gradient element (replaces the memory roofline; set by
+    calibration, validation/codec_bench.py); None: the roofline."""
+    codec_decode_ns_per_elem: float | None = None
+    """Measured decode (+ add into the accumulator) cost per element per decoded copy
+    (replaces the roofline); None: the roofline."""
     dp: int | None = None
     """Data-parallel degree; None: world_size / (tp x pp)."""
     tp: int = 1
@@ -107,6 +114,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     reduce_ns = spec.get("codec_reduce_ns_per_elem")
     if reduce_ns is not None:
         reduce_ns = float(require_positive(f"{where}.codec_reduce_ns_per_elem", reduce_ns, allow_zero=True))
+    encode_ns, decode_ns = (_optional_ns(spec, where, f"codec_{k}_ns_per_elem") for k in ("encode", "decode"))
     dp = spec.get("dp")
     if dp is not None:
         dp = require_positive(f"{where}.dp", dp, integer=True)
@@ -126,6 +134,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         codec_path=codec_path,
         error_feedback=error_feedback,
         codec_reduce_ns_per_elem=reduce_ns,
+        codec_encode_ns_per_elem=encode_ns,
+        codec_decode_ns_per_elem=decode_ns,
         dp=dp,
         tp=tp,
         pp=pp,
@@ -138,6 +148,19 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
     )
+
+
+def _optional_ns(spec: dict[str, Any], where: str, key: str) -> float | None:
+    """A calibrated per-element cost in ns (finite, >= 0), only with a codec; None: the roofline."""
+    value = spec.get(key)
+    if value is None:
+        return None
+    if spec.get("codec") is None:
+        raise ConfigError(f"{where}.{key}", value, "only with a codec (strategy.codec)")
+    value = float(require_positive(f"{where}.{key}", value, allow_zero=True))
+    if value == float("inf"):
+        raise ConfigError(f"{where}.{key}", value, "a finite number of nanoseconds >= 0")
+    return value
 
 
 def _codec_fields(spec: dict[str, Any], where: str) -> tuple[str | None, str | None]:

@@ -19,6 +19,7 @@ from sim.costs.colocation import shared_device
 from sim.errors import ConfigError
 from sim.workload import Layer
 from validation.calib import link_for
+from validation.codec_bench import codec_ops_for
 from validation.config import Point
 from validation.microbench import framework_overhead_s, reduce_ns_for
 
@@ -71,6 +72,10 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
         reduce_ns = reduce_ns_for(cal.path, point.codec, point.ranks)
         if reduce_ns is not None:
             strategy["codec_reduce_ns_per_elem"] = reduce_ns
+    ops = codec_ops_for(cal.path, CODEC_NAMES[point.codec], point.ranks) if CODEC_NAMES[point.codec] else None
+    if ops:  # the hooks' encode/decode measured at this co-location (validation/codec_bench.py)
+        strategy["codec_encode_ns_per_elem"] = ops["encode_ns_per_elem"]
+        strategy["codec_decode_ns_per_elem"] = ops["decode_ns_per_elem"]
     spec = {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
             "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": cal.device_name,
                         "intra_link": link, "inter_link": link},
