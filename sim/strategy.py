@@ -24,7 +24,7 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
 
 STRATEGY_KEYS = (
-    "kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision",
+    "kind", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule",
@@ -41,6 +41,11 @@ class Strategy:
     """With collective=ps: parameter-server hosts, each holding 1/ps_servers of the model."""
     bucket_bytes: int = mib_to_bytes(DDP_DEFAULT_BUCKET_MIB)
     """Gradients are reduced in buckets of about this size, in backward order (DDP-style)."""
+    first_bucket_bytes: int | None = None
+    """Cap of the first bucket; None: DDP's default 1 MiB (sim.engine.plan.DDP_FIRST_BUCKET_BYTES).
+    torch >= 2.x uses the 1 MiB first bucket only when bucket_cap_mb is left unset; a DDP given
+    bucket_cap_mb explicitly (as real/strategies/ddp.py does) caps the first bucket at it too
+    (torch/nn/parallel/distributed.py, _BucketCapacityConfig.create)."""
     overlap: bool = True
     """Start a bucket's reduction as soon as it is full, during the remaining backward."""
     precision: str = "fp32"
@@ -107,6 +112,9 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     if not isinstance(overlap, bool):
         raise ConfigError(f"{where}.overlap", overlap, "true or false")
     bucket_mib = require_positive(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB))
+    first_mib = spec.get("first_bucket_mib")
+    if first_mib is not None:
+        first_mib = require_positive(f"{where}.first_bucket_mib", first_mib)
     codec, codec_path = _codec_fields(spec, where)
     error_feedback = spec.get("error_feedback", False)
     if not isinstance(error_feedback, bool):
@@ -128,6 +136,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         collective=require_choice(f"{where}.collective", spec.get("collective", "ring"), COLLECTIVES),
         ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True),
         bucket_bytes=max(1, mib_to_bytes(bucket_mib)),
+        first_bucket_bytes=None if first_mib is None else max(1, mib_to_bytes(first_mib)),
         overlap=overlap,
         precision=require_choice(f"{where}.precision", spec.get("precision", "fp32"), PRECISIONS),
         codec=codec,

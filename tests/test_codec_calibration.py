@@ -162,3 +162,36 @@ def test_validation_scenario_takes_the_calibrated_codec_costs(tmp_path):
     strategy = sim_scenario(point, cal, calibrated_catalog(cal)).strategy
     assert (strategy.codec, strategy.codec_encode_ns_per_elem, strategy.codec_decode_ns_per_elem) == \
         ("fp8_e4m3", pytest.approx(6.0), pytest.approx(12.0))
+
+
+def test_first_bucket_cap_defaults_to_ddp_and_can_equal_the_bucket_cap():
+    """torch gives the first bucket DDP's 1 MiB only when bucket_cap_mb is unset; the harness sets
+    it, and its DDP logs one bucket for a 2.5 MiB gradient at 25 MiB (measured, buckets = 1)."""
+    default = build_plan(_scenario(bucket_mib=25.0))
+    explicit = build_plan(_scenario(bucket_mib=25.0, first_bucket_mib=25.0))
+    assert [len(b.layers) for b in default.buckets] == [1, 2]  # 1 MiB first bucket, then the rest
+    assert [len(b.layers) for b in explicit.buckets] == [3]
+    with pytest.raises(ConfigError, match="first_bucket_mib"):
+        strategy_from_dict({"first_bucket_mib": 0})
+
+
+@pytest.mark.parametrize(("codec", "wire"), [("fp8", "gloo_loopback_n2_allgather"), ("fp16", "gloo_loopback_n2"),
+                                             ("fp32", "gloo_loopback_n2")])
+def test_validation_uses_the_fit_of_the_collective_the_hook_runs(tmp_path, codec, wire):
+    from sim.calibration import load_calibration
+    from tests.test_validation import _calibration
+    from validation.calib import calibrated_catalog
+    from validation.config import Point
+    from validation.points import sim_scenario
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    links = yaml.safe_load((cal_dir / "links.yaml").read_text())
+    links["fits"].append({**links["fits"][0], "collective": "allgather", "link_bandwidth_GBps": 0.5})
+    (cal_dir / "links.yaml").write_text(yaml.safe_dump(links))
+    cal = load_calibration(cal_dir)
+    point = Point(group="t", model="mlp", batch_size=64, ranks=2, link="loopback", strategy="ddp",
+                  overlap=True, bucket_mib=25.0, codec=codec, microbatches=4)
+    scenario = sim_scenario(point, cal, calibrated_catalog(cal))
+    assert scenario.cluster.intra_link.name == wire
+    assert scenario.strategy.first_bucket_bytes == scenario.strategy.bucket_bytes

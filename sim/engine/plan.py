@@ -128,7 +128,7 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
         groups = [list(range(n_layers))]  # all variables pulled and pushed together, after backward
     else:
-        groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
+        groups = assign_buckets(grad_bytes, strategy.bucket_bytes, strategy.first_bucket_bytes or DDP_FIRST_BUCKET_BYTES)
     buckets = []
     comm_s = []
     codec_s = []
