@@ -143,6 +143,9 @@ def test_codec_ops_for_reads_the_nearest_world_size(tmp_path):
     assert codec_ops_for(tmp_path, "fp16", 2)["encode_ns_per_elem"] == pytest.approx(2.0)
     assert codec_ops_for(tmp_path, "fp16", 8)["encode_ns_per_elem"] == pytest.approx(3.0)
     assert codec_ops_for(tmp_path, "int8", 2) is None
+    # beyond the measured world sizes, processor sharing: 8 ranks on 2 cores run 2x slower than 4
+    assert codec_ops_for(tmp_path, "fp16", 8, cores=2)["encode_ns_per_elem"] == pytest.approx(6.0)
+    assert codec_ops_for(tmp_path, "fp16", 4, cores=2)["encode_ns_per_elem"] == pytest.approx(3.0)
 
 
 def test_validation_scenario_takes_the_calibrated_codec_costs(tmp_path):

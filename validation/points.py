@@ -88,7 +88,8 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
         reduce_ns = reduce_ns_for(cal.path, point.codec, point.ranks)
         if reduce_ns is not None:
             strategy["codec_reduce_ns_per_elem"] = reduce_ns
-    ops = codec_ops_for(cal.path, CODEC_NAMES[point.codec], point.ranks) if CODEC_NAMES[point.codec] else None
+    cores = int(cal.device.get("cores") or 1)
+    ops = codec_ops_for(cal.path, CODEC_NAMES[point.codec], point.ranks, cores) if CODEC_NAMES[point.codec] else None
     if ops:  # the hooks' encode/decode measured at this co-location (validation/codec_bench.py)
         strategy["codec_encode_ns_per_elem"] = ops["encode_ns_per_elem"]
         strategy["codec_decode_ns_per_elem"] = ops["decode_ns_per_elem"]
@@ -97,7 +98,6 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
                         "intra_link": link, "inter_link": link},
             "strategy": strategy, "simulation": {"check_memory": False}}
     scenario = scenario_from_dict(spec, catalog)
-    cores = int(cal.device.get("cores") or 1)
     device = shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks)
     scenario = replace(scenario, cluster=replace(scenario.cluster, gpu=device))
     if point.strategy == "ps_sync":
