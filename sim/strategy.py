@@ -24,8 +24,9 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
 
 STRATEGY_KEYS = (
-    "kind", "collective", "ps_servers", "bucket_mib", "overlap", "precision",
+    "kind", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
+    "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule",
     "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
 )
@@ -40,6 +41,11 @@ class Strategy:
     """With collective=ps: parameter-server hosts, each holding 1/ps_servers of the model."""
     bucket_bytes: int = mib_to_bytes(DDP_DEFAULT_BUCKET_MIB)
     """Gradients are reduced in buckets of about this size, in backward order (DDP-style)."""
+    first_bucket_bytes: int | None = None
+    """Cap of the first bucket; None: DDP's default 1 MiB (sim.engine.plan.DDP_FIRST_BUCKET_BYTES).
+    torch >= 2.x uses the 1 MiB first bucket only when bucket_cap_mb is left unset; a DDP given
+    bucket_cap_mb explicitly (as real/strategies/ddp.py does) caps the first bucket at it too
+    (torch/nn/parallel/distributed.py, _BucketCapacityConfig.create)."""
     overlap: bool = True
     """Start a bucket's reduction as soon as it is full, during the remaining backward."""
     precision: str = "fp32"
@@ -51,6 +57,12 @@ class Strategy:
     error_feedback: bool = False
     codec_reduce_ns_per_elem: float | None = None
     """Override of the codec's per-element local-sum cost (set by calibration)."""
+    codec_encode_ns_per_elem: float | None = None
+    """Measured encode cost per gradient element (replaces the memory roofline; set by
+    calibration, validation/codec_bench.py); None: the roofline."""
+    codec_decode_ns_per_elem: float | None = None
+    """Measured decode (+ add into the accumulator) cost per element per decoded copy
+    (replaces the roofline); None: the roofline."""
     dp: int | None = None
     """Data-parallel degree; None: world_size / (tp x pp)."""
     tp: int = 1
@@ -100,6 +112,9 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     if not isinstance(overlap, bool):
         raise ConfigError(f"{where}.overlap", overlap, "true or false")
     bucket_mib = require_positive(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB))
+    first_mib = spec.get("first_bucket_mib")
+    if first_mib is not None:
+        first_mib = require_positive(f"{where}.first_bucket_mib", first_mib)
     codec, codec_path = _codec_fields(spec, where)
     error_feedback = spec.get("error_feedback", False)
     if not isinstance(error_feedback, bool):
@@ -107,6 +122,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     reduce_ns = spec.get("codec_reduce_ns_per_elem")
     if reduce_ns is not None:
         reduce_ns = float(require_positive(f"{where}.codec_reduce_ns_per_elem", reduce_ns, allow_zero=True))
+    encode_ns, decode_ns = (_optional_ns(spec, where, f"codec_{k}_ns_per_elem") for k in ("encode", "decode"))
     dp = spec.get("dp")
     if dp is not None:
         dp = require_positive(f"{where}.dp", dp, integer=True)
@@ -120,12 +136,15 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         collective=require_choice(f"{where}.collective", spec.get("collective", "ring"), COLLECTIVES),
         ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True),
         bucket_bytes=max(1, mib_to_bytes(bucket_mib)),
+        first_bucket_bytes=None if first_mib is None else max(1, mib_to_bytes(first_mib)),
         overlap=overlap,
         precision=require_choice(f"{where}.precision", spec.get("precision", "fp32"), PRECISIONS),
         codec=codec,
         codec_path=codec_path,
         error_feedback=error_feedback,
         codec_reduce_ns_per_elem=reduce_ns,
+        codec_encode_ns_per_elem=encode_ns,
+        codec_decode_ns_per_elem=decode_ns,
         dp=dp,
         tp=tp,
         pp=pp,
@@ -138,6 +157,19 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
     )
+
+
+def _optional_ns(spec: dict[str, Any], where: str, key: str) -> float | None:
+    """A calibrated per-element cost in ns (finite, >= 0), only with a codec; None: the roofline."""
+    value = spec.get(key)
+    if value is None:
+        return None
+    if spec.get("codec") is None:
+        raise ConfigError(f"{where}.{key}", value, "only with a codec (strategy.codec)")
+    value = float(require_positive(f"{where}.{key}", value, allow_zero=True))
+    if value == float("inf"):
+        raise ConfigError(f"{where}.{key}", value, "a finite number of nanoseconds >= 0")
+    return value
 
 
 def _codec_fields(spec: dict[str, Any], where: str) -> tuple[str | None, str | None]:

@@ -59,14 +59,14 @@ def test_path_bytes_match_closed_form(path, n):
 
 
 def test_allgather_time_closed_form():
-    """(n-1)(alpha + S_c/B) on the wire, plus encode and n-1 decodes+sums on memory bandwidth."""
+    """(n-1)(alpha + S_c/B) on the wire, plus encode and n decodes+sums (its own copy too) on memory bandwidth."""
     n, elems = 8, 1_000_000
     codec = CODECS["fp8_e4m3"]
     sync = compressed_sync(elems, 4, codec, "allgather", one_node(n), gpu=GPU)
     s_c = elems + 4
     assert sync.network_s == pytest.approx((n - 1) * (1e-5 + s_c / 1e9), rel=1e-12)
     encode = (elems * (4 + 1) + elems * 4) / 1e12
-    decode = (n - 1) * elems * (1 + 8) / 1e12
+    decode = n * elems * (1 + 8) / 1e12
     assert sync.codec_s == pytest.approx(encode + decode, rel=1e-12)
 
 

@@ -120,10 +120,13 @@ def test_compression_sends_fewer_bytes_and_fp8_by_allgather_grows_with_n():
     assert sum(large.values()) == pytest.approx(small * 56 / 12, rel=1e-12)
 
 
-def test_codec_spans_are_traced_on_the_comm_lane():
+def test_codec_spans_encode_on_the_compute_lane_decode_on_the_comm_lane():
+    """DDP's hook encodes on the backward thread before the collective; the decode follows it."""
     result = run_detailed(codec_scenario("2x4", "e4m3-allgather"))
-    names = {span.name for span in result.spans if span.lane == "rank0/comm"}
-    assert {"encode", "decode + sum"} <= names
+    comm = {span.name for span in result.spans if span.lane == "rank0/comm"}
+    compute = {span.name for span in result.spans if span.lane == "rank0/compute"}
+    assert "decode + sum" in comm and "encode" not in comm
+    assert {f"encode bucket {b.index}" for b in result.buckets} <= compute
 
 
 def test_tree_with_a_codec_that_needs_it_is_refused_naming_fast():

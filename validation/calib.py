@@ -22,6 +22,7 @@ from sim.cluster import Cluster
 from sim.costs.collectives import collective_time_s, ring_allgather, ring_allreduce
 from sim.costs.network import message_time_s
 from sim.errors import ConfigError
+from validation.codec_bench import CODEC_OPS_FILE, calibrate_codec_ops
 from validation.microbench import CODECS_FILE, FRAMEWORK_FILE, calibrate_codecs, calibrate_framework
 
 FIT_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "sendrecv": "sendrecv"}
@@ -146,6 +147,8 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
         calibrate_framework(directory, tuple(settings["framework_ranks"]), progress=progress)
     if settings.get("codec_ranks") and (recalibrate or not (directory / CODECS_FILE).exists()):
         calibrate_codecs(directory, tuple(settings["codec_ranks"]), progress=progress)
+    if settings.get("codec_op_ranks") and (recalibrate or not (directory / CODEC_OPS_FILE).exists()):
+        calibrate_codec_ops(directory, tuple(settings["codec_op_ranks"]), progress=progress)
     return load_calibration(directory)
 
 

@@ -98,8 +98,13 @@ def _rank_main(job_file: str) -> None:
     job = json.loads(Path(job_file).read_text())
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
     dist.init_process_group("gloo")
-    if job.get("kind") == "framework":
-        out = _framework_overhead(job)
+    if job.get("kind") in ("framework", "codec_ops"):
+        if job["kind"] == "framework":
+            out = _framework_overhead(job)
+        else:
+            from validation.codec_bench import run_ops
+
+            out = run_ops(job)
         if dist.get_rank() == 0:
             Path(job["out"]).write_text(json.dumps(out))
         dist.barrier()
@@ -128,11 +133,16 @@ def _rank_main(job_file: str) -> None:
 
 def measure_codec_sums(n: int, *, iterations: int = 8, warmup: int = 2, timeout_s: float = 300,
                        sizes_elems: tuple[int, ...] = SIZES_ELEMS, kind: str = "codec") -> list[dict[str, Any]]:
+    return run_ranks(n, {"sizes_elems": list(sizes_elems), "iterations": iterations, "warmup": warmup, "kind": kind},
+                     timeout_s=timeout_s)
+
+
+def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300) -> list[dict[str, Any]]:
+    """Run ``job`` on ``n`` co-located ranks of this module; return rank 0's rows."""
     from real.launch import free_port
 
     with tempfile.TemporaryDirectory(prefix="scalebench-codec-") as tmp:
-        job = {"sizes_elems": list(sizes_elems), "iterations": iterations, "warmup": warmup,
-               "out": str(Path(tmp) / "out.json"), "kind": kind}
+        job = {**job, "out": str(Path(tmp) / "out.json")}
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(job))
         port = str(free_port())
@@ -149,7 +159,7 @@ def measure_codec_sums(n: int, *, iterations: int = 8, warmup: int = 2, timeout_
                     p.kill()
                     p.wait()
         if any(p.returncode for p in procs) or not Path(job["out"]).exists():
-            raise RuntimeError("codec benchmark failed: " + " | ".join(
+            raise RuntimeError(f"{job.get('kind', 'codec')} benchmark failed: " + " | ".join(
                 (p.stderr.read().decode(errors="replace").strip().splitlines() or [""])[-1] for p in procs if p.stderr))
         return json.loads(Path(job["out"]).read_text())
 

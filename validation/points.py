@@ -14,11 +14,13 @@ from typing import Any
 
 from sim.calibration import Calibration, apply_calibration, layer_times_s, optimizer_time_s
 from sim.catalog import Catalog, Link
+from sim.codecs import CODECS, default_path
 from sim.config import scenario_from_dict
 from sim.costs.colocation import shared_device
 from sim.errors import ConfigError
 from sim.workload import Layer
-from validation.calib import link_for
+from validation.calib import fitted_ranks, link_for
+from validation.codec_bench import codec_ops_for
 from validation.config import Point
 from validation.microbench import framework_overhead_s, reduce_ns_for
 
@@ -37,6 +39,8 @@ def _strategy(point: Point) -> dict[str, Any]:
         return {"kind": "pipeline", "pp": point.ranks, "micro_batches": point.microbatches,
                 "schedule": PIPELINE_SCHEDULE}
     out: dict[str, Any] = {"bucket_mib": point.bucket_mib, "overlap": point.overlap}
+    if point.overlap:  # the harness gives DDP bucket_cap_mb, so torch caps the first bucket at it too
+        out["first_bucket_mib"] = point.bucket_mib
     if CODEC_NAMES[point.codec]:
         out["codec"] = CODEC_NAMES[point.codec]
     return out
@@ -63,20 +67,37 @@ def harness_gap(point: Point) -> str | None:
     return None
 
 
+def _wire_collective(point: Point, cal: Calibration) -> str:
+    """The gloo collective whose fit stands for the link: what the harness runs on the wire.
+    A codec gloo cannot sum (fp8) goes through all_gather (real/strategies/hooks.py), whose
+    algorithm and per-byte cost differ from allreduce's; an older calibration without an
+    allgather fit falls back to the allreduce one."""
+    if point.strategy == "pipeline":
+        return "sendrecv"
+    codec = CODEC_NAMES[point.codec]
+    if codec and default_path(CODECS[codec]) == "allgather" and fitted_ranks(cal, point.link, "allgather"):
+        return "allgather"
+    return "allreduce"
+
+
 def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
-    collective = "sendrecv" if point.strategy == "pipeline" else "allreduce"
+    collective = _wire_collective(point, cal)
     link = link_for(cal, point.link, point.ranks, collective) if point.ranks > 1 else link_for(cal, "loopback", 2)
     strategy = _strategy(point)
     if point.codec in ("fp16", "bf16"):
         reduce_ns = reduce_ns_for(cal.path, point.codec, point.ranks)
         if reduce_ns is not None:
             strategy["codec_reduce_ns_per_elem"] = reduce_ns
+    cores = int(cal.device.get("cores") or 1)
+    ops = codec_ops_for(cal.path, CODEC_NAMES[point.codec], point.ranks, cores) if CODEC_NAMES[point.codec] else None
+    if ops:  # the hooks' encode/decode measured at this co-location (validation/codec_bench.py)
+        strategy["codec_encode_ns_per_elem"] = ops["encode_ns_per_elem"]
+        strategy["codec_decode_ns_per_elem"] = ops["decode_ns_per_elem"]
     spec = {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
             "cluster": {"gpus": point.ranks, "gpus_per_node": point.ranks, "gpu": cal.device_name,
                         "intra_link": link, "inter_link": link},
             "strategy": strategy, "simulation": {"check_memory": False}}
     scenario = scenario_from_dict(spec, catalog)
-    cores = int(cal.device.get("cores") or 1)
     device = shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks)
     scenario = replace(scenario, cluster=replace(scenario.cluster, gpu=device))
     if point.strategy == "ps_sync":

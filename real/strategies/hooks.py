@@ -80,40 +80,55 @@ def _decode(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale
 
 
+# The hooks' work before and after their collective, as functions of their own so that
+# validation/codec_bench.py times exactly these operations.
+def allreduce_encode(buffer: torch.Tensor, fmt: Format, world: int) -> torch.Tensor:
+    """Runs in DDP's autograd hook, on the backward thread: average, cast to the wire format."""
+    return buffer.div(world).to(fmt.dtype)
+
+
+def allreduce_decode(buffer: torch.Tensor, compressed: torch.Tensor) -> torch.Tensor:
+    """Runs in the future's callback: cast the summed wire tensor back into the bucket."""
+    buffer.copy_(compressed)
+    return buffer
+
+
+def allgather_encode(buffer: torch.Tensor, fmt: Format, world: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Scale, encode, append the scale's bytes; allocate the gather buffer: (payload, gathered, n_q)."""
+    q, scale = _encode(buffer, fmt)
+    payload = torch.cat([q.reshape(-1).view(torch.uint8), scale.view(torch.uint8)])
+    gathered = torch.empty(world * payload.numel(), dtype=torch.uint8)
+    return payload, gathered, q.numel() * q.element_size()
+
+
+def allgather_decode(buffer: torch.Tensor, gathered: torch.Tensor, n_q: int, fmt: Format, world: int) -> torch.Tensor:
+    """Decode all ``world`` gathered parts (this rank's own too: every replica sums the same
+    quantised values), sum in fp32, average into the bucket."""
+    rows = gathered.view(world, -1)
+    total = torch.zeros(buffer.numel(), dtype=torch.float32)
+    for r in range(world):
+        part_q = rows[r, :n_q].view(fmt.dtype)
+        part_scale = rows[r, n_q:].clone().view(torch.float32)  # clone: 4-byte aligned
+        total += _decode(part_q, part_scale)
+    buffer.copy_(total.div_(world).view_as(buffer))
+    return buffer
+
+
 def allreduce_hook(state: HookState, bucket):  # no return annotation: DDP checks it literally
     buffer = bucket.buffer()
-    compressed = buffer.div(dist.get_world_size()).to(state.fmt.dtype)
+    compressed = allreduce_encode(buffer, state.fmt, dist.get_world_size())
     state.calls += 1
     fut = dist.all_reduce(compressed, async_op=True).get_future()
-
-    def decode(_):
-        buffer.copy_(compressed)
-        return buffer
-
-    return fut.then(decode)
+    return fut.then(lambda _: allreduce_decode(buffer, compressed))
 
 
 def allgather_hook(state: HookState, bucket):
     buffer = bucket.buffer()
     world = dist.get_world_size()
-    q, scale = _encode(buffer, state.fmt)
-    payload = torch.cat([q.reshape(-1).view(torch.uint8), scale.view(torch.uint8)])
-    gathered = torch.empty(world * payload.numel(), dtype=torch.uint8)
+    payload, gathered, n_q = allgather_encode(buffer, state.fmt, world)
     state.calls += 1
     fut = dist.all_gather_into_tensor(gathered, payload, async_op=True).get_future()
-    n_q = q.numel() * q.element_size()
-
-    def decode(_):
-        rows = gathered.view(world, -1)
-        total = torch.zeros(buffer.numel(), dtype=torch.float32)
-        for r in range(world):
-            part_q = rows[r, :n_q].view(q.dtype)
-            part_scale = rows[r, n_q:].clone().view(torch.float32)  # clone: 4-byte aligned
-            total += _decode(part_q, part_scale)
-        buffer.copy_(total.div_(world).view_as(buffer))
-        return buffer
-
-    return fut.then(decode)
+    return fut.then(lambda _: allgather_decode(buffer, gathered, n_q, state.fmt, world))
 
 
 def register_compression(ddp, name: str) -> HookState:

@@ -7,7 +7,8 @@ buckets come from ``sim.engine.plan.build_plan``; only the communication differs
 fast path: each bucket runs as per-rank message schedules (``sim.engine.detailed_collectives``:
 ring, hierarchical, ps) on the flow network of ``sim.engine.flows.ClusterNetwork``, through
 the strategy's codec and codec path (``sim.engine.detailed_sync``: encode, decode and local
-sums as device time on the rank's comm stream, where they happen).
+sums as device time where they happen: the encode on the compute stream at the hand-off,
+the rest on the rank's comm stream).
 The fast path's step-synchronous cost is the critical path of these schedules when ranks are
 symmetric, so the two agree (tests/test_detailed*.py); the detailed mode exists to check that,
 and to run cases the fast path cannot (asymmetric placement, contention between collectives).
@@ -60,7 +61,8 @@ class _Rank(RankStreams):
         for _ in self.plan.buckets:
             bucket = yield self.ready.get()
             start = env.now
-            yield from self.sync.bucket(self.members, self.rank, bucket.n_bytes, bucket.index, self._comm_span)
+            yield from self.sync.bucket(self.members, self.rank, bucket.n_bytes, bucket.index, self._comm_span,
+                                        encoded=bool(self.plan.bucket_encode_s))
             self.comm_window[bucket.index] = (start, env.now)
             self.comm_busy_s += env.now - start
             self._span("comm", f"bucket {bucket.index}", start)

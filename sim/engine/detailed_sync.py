@@ -2,14 +2,16 @@
 
 The wire bytes and the device time of every codec pass come from the cost layer the fast path
 uses (``sim.costs.codecs``: ``wire_bytes``, ``encode_time_s``, ``decode_sum_time_s``,
-``error_feedback_time_s``); this module only says where each happens on a rank's comm stream:
+``error_feedback_time_s``); this module only says where each happens on a rank's comm stream (the encode before the
+collective runs on the compute stream instead when the caller passes ``encoded``):
 - no codec: the strategy's collective (ring, hierarchical, ps) on the bucket's bytes.
 - allreduce path (fp16, bf16, fp32 codecs): encode (and error feedback), the collective on
   the wire bytes S_c with the codec's per-element sum inside the reduce-scatter steps of its
   rings, then one decode of the result. With ps the sum cost is paid after the pull (the cost
   layer charges a worker (n-1)/n of a tensor's sum on every collective).
 - allgather path (fp8, int8): encode, a ring allgather of every rank's S_c over all ranks
-  (n-1 steps of S_c: each rank receives (n-1) S_c), then decode and sum of the n-1 copies.
+  (n-1 steps of S_c: each rank receives (n-1) S_c), then decode and sum of all n copies
+  (its own too, as sim.costs.codecs and the real hooks do).
 - reduce_scatter path: a ring reduce-scatter in the compute dtype (n-1 steps of S/n), encode
   of the reduced shard (and error feedback), a ring allgather of the encoded shards (n-1
   steps of S_c/n with a scale each), then decode of the whole tensor.
@@ -71,6 +73,8 @@ class GradientSync:
         self.error_feedback = strategy.error_feedback
         reduce_ns = strategy.codec_reduce_ns_per_elem
         self.reduce_ns = (self.codec.reduce_ns_per_elem if reduce_ns is None and self.codec else reduce_ns or 0.0)
+        self.encode_ns = strategy.codec_encode_ns_per_elem
+        self.decode_ns = strategy.codec_decode_ns_per_elem
         self.codec_busy_s: dict[int, float] = defaultdict(float)
         """Encode, decode, local sums and error feedback per rank (the ring sums included)."""
 
@@ -100,8 +104,11 @@ class GradientSync:
             m = len(members)
             yield from self._work(rank, (m - 1) / m * sum_s, "sum", None)
 
-    def bucket(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, hook: SpanHook | None = None):
-        """``members[pos]``'s part of reducing one bucket of ``n_bytes`` (compute dtype) over ``members``."""
+    def bucket(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, hook: SpanHook | None = None,
+               encoded: bool = False):
+        """``members[pos]``'s part of reducing one bucket of ``n_bytes`` (compute dtype) over ``members``.
+        ``encoded``: the caller's compute stream already did the work before the collective
+        (``sim.engine.plan.bucket_encode_s``); it is counted as codec time, not run again."""
         if len(members) == 1 or n_bytes <= 0:
             return
         rank, m, codec = members[pos], len(members), self.codec
@@ -113,17 +120,22 @@ class GradientSync:
         feedback_s = error_feedback_time_s(elems, src, codec, gpu) if self.error_feedback else 0.0
         if self.path == "reduce_scatter":
             yield from coll.ring_reduce_scatter(members, pos, n_bytes, tag)
-            yield from self._work(rank, encode_time_s(elems / m, src, codec, gpu) + feedback_s, "encode", hook)
+            yield from self._work(rank, encode_time_s(elems / m, src, codec, gpu, self.encode_ns) + feedback_s,
+                                  "encode", hook)
             yield from coll.ring_allgather(members, pos, wire_bytes(elems, codec, tensors=m) / m, tag)
-            yield from self._work(rank, decode_sum_time_s(elems, 1, src, codec, gpu, 0.0), "decode", hook)
+            yield from self._work(rank, decode_sum_time_s(elems, 1, src, codec, gpu, 0.0, self.decode_ns), "decode", hook)
             return
-        yield from self._work(rank, encode_time_s(elems, src, codec, gpu) + feedback_s, "encode", hook)
+        encode_s = encode_time_s(elems, src, codec, gpu, self.encode_ns) + feedback_s
+        if encoded:
+            self.codec_busy_s[rank] += encode_s
+        else:
+            yield from self._work(rank, encode_s, "encode", hook)
         if self.path == "allgather":
             yield from coll.ring_allgather(members, pos, wire_bytes(elems, codec), tag)
-            decode_s = decode_sum_time_s(elems, m - 1, src, codec, gpu, self.reduce_ns)
+            decode_s = decode_sum_time_s(elems, m, src, codec, gpu, self.reduce_ns, self.decode_ns)
             yield from self._work(rank, decode_s, "decode + sum", hook)
             return
         before = coll.sum_busy_s[rank]
         yield from self._allreduce(members, pos, wire_bytes(elems, codec), tag, elems * self.reduce_ns * 1e-9)
         self.codec_busy_s[rank] += coll.sum_busy_s[rank] - before
-        yield from self._work(rank, decode_sum_time_s(elems, 1, src, codec, gpu, 0.0), "decode", hook)
+        yield from self._work(rank, decode_sum_time_s(elems, 1, src, codec, gpu, 0.0, self.decode_ns), "decode", hook)

@@ -12,7 +12,7 @@ from sim.catalog import GPU
 from sim.cluster import Cluster
 from sim.codecs import CODECS
 from sim.config import Scenario
-from sim.costs.codecs import compressed_sync
+from sim.costs.codecs import CompressedSync, compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s, gradient_sync_steps
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.ps import ps_placed_push_pull, round_robin_placement
@@ -43,7 +43,12 @@ class IterationPlan:
     optimizer_s: float
     overlap: bool
     bucket_codec_s: tuple[float, ...] = ()
-    """Encode/decode/local-sum time inside each bucket's comm time (0 without a codec)."""
+    """Encode/decode/local-sum time of each bucket (0 without a codec): the encode part in
+    ``bucket_encode_s``, the rest inside ``bucket_comm_s``."""
+    bucket_encode_s: tuple[float, ...] = ()
+    """Codec work each bucket needs before its collective starts, done on the compute stream
+    when the bucket is handed over (DDP calls a communication hook from its autograd hook, on
+    the backward thread); not part of ``bucket_comm_s``. Empty: none."""
 
     @property
     def compute_s(self) -> float:
@@ -82,13 +87,27 @@ def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) 
     if strategy.codec is None:
         steps = gradient_sync_steps(n_bytes, cluster, strategy.collective, strategy.ps_servers)
         return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
+    sync = _compressed_sync(n_bytes, cluster, strategy, gpu)
+    return sync.time_s, sync.codec_s, bytes_by_link(sync.steps)
+
+
+def bucket_encode_s(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> float:
+    """The part of ``bucket_sync``'s codec seconds that precedes the collective (encode, error
+    feedback): the hand-off's own work (sim.costs.codecs.CompressedSync.encode_s)."""
+    if strategy.codec is None or cluster.world_size == 1 or n_bytes <= 0:
+        return 0.0
+    return _compressed_sync(n_bytes, cluster, strategy, gpu).encode_s
+
+
+def _compressed_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> CompressedSync:
     src = strategy.grad_bytes_per_param
-    sync = compressed_sync(
-        n_bytes / src, src, CODECS[strategy.codec], strategy.resolved_codec_path() or "allreduce", cluster,
+    codec = CODECS[strategy.codec or "fp32"]  # callers check strategy.codec first
+    return compressed_sync(
+        n_bytes / src, src, codec, strategy.resolved_codec_path() or "allreduce", cluster,
         gpu=gpu, collective=strategy.collective, ps_servers=strategy.ps_servers,
         reduce_ns_per_elem=strategy.codec_reduce_ns_per_elem, error_feedback=strategy.error_feedback,
+        encode_ns_per_elem=strategy.codec_encode_ns_per_elem, decode_ns_per_elem=strategy.codec_decode_ns_per_elem,
     )
-    return sync.time_s, sync.codec_s, bytes_by_link(sync.steps)
 
 
 def _placed_ps_sync(layer_bytes: list[float], cluster: Cluster, strategy: Strategy) -> tuple[float, float, dict[str, float]]:
@@ -109,10 +128,11 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
         groups = [list(range(n_layers))]  # all variables pulled and pushed together, after backward
     else:
-        groups = assign_buckets(grad_bytes, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
+        groups = assign_buckets(grad_bytes, strategy.bucket_bytes, strategy.first_bucket_bytes or DDP_FIRST_BUCKET_BYTES)
     buckets = []
     comm_s = []
     codec_s = []
+    encode_s = []
     link_bytes = []
     for index, positions in enumerate(groups):
         layers = tuple(backward_order[p] for p in positions)
@@ -123,6 +143,8 @@ def build_plan(scenario: Scenario) -> IterationPlan:
                                                    for i in range(n_layers)], cluster, strategy)
         else:
             t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
+            encode_s.append(bucket_encode_s(n_bytes, cluster, strategy, cluster.gpu))
+            t -= encode_s[-1]  # on the compute stream, at the hand-off
         comm_s.append(t)
         codec_s.append(t_codec)
         link_bytes.append(by_link)
@@ -136,4 +158,5 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         optimizer_s=workload_optimizer_time_s(workload, workload.param_count, dtype_bytes, cluster.gpu),
         overlap=strategy.overlap,
         bucket_codec_s=tuple(codec_s),
+        bucket_encode_s=tuple(encode_s) if any(encode_s) else (),
     )

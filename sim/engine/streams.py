@@ -2,7 +2,9 @@
 
 The compute stream runs forward, then backward layer by layer in reverse, handing each
 gradient bucket to the rank's communication stream (``ready``) when its last gradient exists
-(or all of them after backward, without overlap); the optimizer step waits for ``comm_done``.
+(or all of them after backward, without overlap), after the codec work that precedes the
+bucket's collective (its encode: DDP's hook runs on the backward thread); the optimizer step
+waits for ``comm_done``.
 Subclasses provide ``communicate()`` (how a bucket is reduced) and ``_span()`` (what is logged).
 """
 
@@ -51,13 +53,24 @@ class RankStreams:
                 bucket = bucket_of[i]
                 self.ready_at[bucket.index] = env.now
                 if plan.overlap:
-                    yield self.ready.put(bucket)
+                    yield from self._hand_off(bucket)
                 else:
                     deferred.append(bucket)
         for bucket in deferred:
-            yield self.ready.put(bucket)
+            yield from self._hand_off(bucket)
         yield self.comm_done
         start = env.now
         yield env.timeout(plan.optimizer_s)
         self._span("compute", "optimizer step", start)
         self.end_s = env.now
+
+    def _hand_off(self, bucket):
+        """Give ``bucket`` to the comm stream, after the codec work that precedes its collective
+        (``plan.bucket_encode_s``: DDP's hook encodes on the backward thread, holding it)."""
+        env = self.env
+        encode_s = self.plan.bucket_encode_s[bucket.index] if self.plan.bucket_encode_s else 0.0
+        if encode_s > 0:
+            start = env.now
+            yield env.timeout(encode_s)
+            self._span("compute", f"encode bucket {bucket.index}", start)
+        yield self.ready.put(bucket)
