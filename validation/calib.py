@@ -23,6 +23,7 @@ from sim.costs.collectives import collective_time_s, ring_allgather, ring_allred
 from sim.costs.network import message_time_s
 from sim.errors import ConfigError
 from validation.microbench import CODECS_FILE, FRAMEWORK_FILE, calibrate_codecs, calibrate_framework
+from validation.pipeline_bench import PIPELINE_FILE, calibrate_pipeline
 
 FIT_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "sendrecv": "sendrecv"}
 
@@ -146,6 +147,9 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
         calibrate_framework(directory, tuple(settings["framework_ranks"]), progress=progress)
     if settings.get("codec_ranks") and (recalibrate or not (directory / CODECS_FILE).exists()):
         calibrate_codecs(directory, tuple(settings["codec_ranks"]), progress=progress)
+    if settings.get("pipeline_ranks") and (recalibrate or not (directory / PIPELINE_FILE).exists()):
+        calibrate_pipeline(directory, tuple(settings["pipeline_ranks"]),
+                           micro_batches=dict(settings.get("pipeline_micro_batch") or {}), progress=progress)
     return load_calibration(directory)
 
 

@@ -21,12 +21,16 @@ from sim.workload import Layer
 from validation.calib import link_for
 from validation.config import Point
 from validation.microbench import framework_overhead_s, reduce_ns_for
+from validation.pipeline_bench import micro_batch_calibration, pipeline_overhead_for
 
 CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
 """The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
 HARNESS_MODULES = {"codec": "real.strategies.hooks", "ps_sync": "real.strategies.ps",
                    "pipeline": "real.strategies.pipeline"}
 PIPELINE_SCHEDULE = "gpipe"
+PIPELINE_STAGE_BALANCE = "flops"
+"""Stages cut by FLOPs: known without measuring, so the harness and the calibrated simulator run
+the same stages (by time, the simulator would cut by its calibrated times, which the harness lacks)."""
 
 
 def _strategy(point: Point) -> dict[str, Any]:
@@ -35,7 +39,7 @@ def _strategy(point: Point) -> dict[str, Any]:
         return {"collective": "ps", "ps_servers": 1, "bucket_mib": point.bucket_mib, "overlap": False}
     if point.strategy == "pipeline":
         return {"kind": "pipeline", "pp": point.ranks, "micro_batches": point.microbatches,
-                "schedule": PIPELINE_SCHEDULE}
+                "schedule": PIPELINE_SCHEDULE, "stage_balance": PIPELINE_STAGE_BALANCE}
     out: dict[str, Any] = {"bucket_mib": point.bucket_mib, "overlap": point.overlap}
     if CODEC_NAMES[point.codec]:
         out["codec"] = CODEC_NAMES[point.codec]
@@ -83,6 +87,8 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
         ps = colocated_ps_link(scenario.cluster.intra_link, fitted_n=int(link.split("_n")[-1].split("_")[0]),
                                ranks=point.ranks)
         scenario = replace(scenario, cluster=replace(scenario.cluster, intra_link=ps, inter_link=ps))
+    if point.strategy == "pipeline":
+        return pipeline_calibrated(scenario, cal)
     try:
         scenario = apply_calibration(scenario, cal)
     except ConfigError:
@@ -90,6 +96,25 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     if point.strategy == "ddp":
         scenario = with_framework_overhead(scenario, framework_overhead_s(cal.path, point.ranks))
     return scenario
+
+
+def pipeline_calibrated(scenario, cal: Calibration):
+    """A pipeline point: layer times calibrated at the micro-batch size (pipeline.yaml's profiles
+    where measured, else device.yaml's batch scaled linearly), stored as m x those times because
+    the pipeline plan gives each micro-batch 1/m of a layer's batch time; and
+    torch.distributed.pipelining's own per-pass cost (strategy.pipeline_overhead_s) at p stages."""
+    m = scenario.strategy.micro_batches
+    w = scenario.workload
+    micro = replace(scenario, workload=w.with_batch_size(w.batch_size // m))
+    mcal = micro_batch_calibration(cal)
+    try:
+        micro = apply_calibration(micro, mcal)
+    except ConfigError:
+        micro = apply_coarse_calibration(micro, mcal)
+    layers = tuple(replace(layer, fwd_time_s=t.fwd_time_s * m, bwd_time_s=t.bwd_time_s * m)
+                   for layer, t in zip(w.layers, micro.workload.layers, strict=True))
+    strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, scenario.strategy.pp))
+    return replace(scenario, workload=replace(w, layers=layers), strategy=strategy)
 
 
 def with_framework_overhead(scenario, overhead_s: float):
