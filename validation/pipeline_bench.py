@@ -5,8 +5,10 @@ gloo ranks, GPipe with m micro-batches of 2 samples, is timed per ``schedule.ste
 iterations of the slowest rank). Each rank also times its stage's own forward and backward of
 one micro-batch without the schedule, all ranks at once (so with the same co-location). The
 simulator, given those stage times and the calibrated ``sendrecv`` link at p ranks, predicts the
-flush T(o) for a per-pass overhead o (``strategy.pipeline_overhead_s``); T is linear in o, so
-  o = (T_measured - T(0)) / (T(1 ms) - T(0)) x 1 ms      [the median over m in MICRO_BATCHES]
+flush T(o) for a per-pass overhead o (``strategy.pipeline_overhead_s``); with equal stages and
+sends faster than a stage T(o) = (m + p - 1)(f + b + 2o) + sends, in general T is continuous and
+non-decreasing in o, so
+  o = T^-1(T_measured)   (bisection; 0 if T(0) >= T_measured)   [the median over m in MICRO_BATCHES]
 is what the schedule's bookkeeping, autograd stitching and gloo's send/recv hand-offs add per
 forward or backward pass per stage beyond the stage's compute and the wire. Written to
 ``<calibration>/pipeline.yaml`` per p; read by ``pipeline_overhead_for``. No validation point is
@@ -141,7 +143,8 @@ def bench_scenario(row: dict[str, Any], link_name: str, catalog, device_name: st
 
 
 def overhead_per_pass_s(row: dict[str, Any], link_name: str, catalog, device_name: str) -> float:
-    """o from one row: the simulator inverted (its flush is linear in o), clipped at 0."""
+    """o from one row: the o at which the simulator's flush equals the measured step (0 if the
+    simulator is already slower without it)."""
     from sim.engine.pipeline import run_pipeline
     from sim.engine.pipeline_plan import build_pipeline_plan
 
@@ -150,9 +153,16 @@ def overhead_per_pass_s(row: dict[str, Any], link_name: str, catalog, device_nam
         plan = build_pipeline_plan(scenario)
         return run_pipeline(plan, scenario.cluster.world_size, scenario.workload.batch_size).iteration_time_s
 
-    base, probe = flush_s(0.0), 1e-3
-    slope = (flush_s(probe) - base) / probe
-    return max(0.0, (row["step_s"] - base) / slope)
+    target = row["step_s"]
+    if flush_s(0.0) >= target:
+        return 0.0
+    lo, hi = 0.0, 1e-3
+    while flush_s(hi) < target:
+        lo, hi = hi, 2 * hi
+    for _ in range(60):  # bisection: the flush is continuous and non-decreasing in o
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if flush_s(mid) < target else (lo, mid)
+    return (lo + hi) / 2
 
 
 def profile_micro_batches(models: dict[str, int], ranks: tuple[int, ...], progress=print) -> dict[str, Any]:
