@@ -146,3 +146,11 @@ def test_micro_batch_profiles_join_the_calibration_and_the_overhead_is_the_neare
     assert cal.device["workloads"]["small_cnn"] == {32: {"layers": ["0"]}}  # the original is untouched
     assert [pipeline_overhead_for(tmp_path, n) for n in (1, 2, 3, 4, 8)] == [1e-3, 1e-3, 3e-3, 3e-3, 3e-3]
     assert pipeline_overhead_for(tmp_path / "missing", 2) == 0.0
+
+
+def test_a_stage_ending_in_a_layer_without_activation_sends_the_one_before():
+    """small_transformer's stage 0 at 4 stages ends in the positional embedding (added in place,
+    no activation of its own): it still sends the embedding output, micro-batch x 8192 fp32."""
+    plan = build_pipeline_plan(_scenario("small_transformer", 4, "flops", micro_batches=4))
+    assert plan.stages[0].send_bytes == 16 // 4 * 8192 * 4
+    assert all(st.send_bytes > 0 for st in plan.stages[:-1])

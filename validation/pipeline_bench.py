@@ -175,7 +175,7 @@ def profile_micro_batches(models: dict[str, int], ranks: tuple[int, ...], progre
         profiles = {}
         for k in sorted(set(ranks) | {1}):
             progress(f"pipeline micro-batch: {model} layers at batch {batch}, {k} co-located rank(s)")
-            profiles[k] = profile_colocated([model], {model: batch}, k, iterations=10, warmup=2, timeout_s=120)[0]
+            profiles[k] = profile_colocated([model], {model: batch}, k, iterations=20, warmup=3, timeout_s=120)[0]
         out[model] = {batch: _layer_entry(model, profiles)}
     return out
 

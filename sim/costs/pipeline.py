@@ -48,6 +48,16 @@ def split_units(costs: list[float], units: list[str], p: int) -> list[tuple[int,
     return [(starts[lo], ends[hi - 1]) for lo, hi in bounds]
 
 
+def busy_stages(stage_work_s: list[float]) -> float:
+    """Time-averaged number of stages computing at once in a pipeline's steady state: stage s
+    is busy a share W_s / W_max of the time (the slowest stage sets the pace), so
+    k_eff = sum_s W_s / max_s W_s, between 1 and p. Ranks sharing a machine's cores compete with
+    k_eff busy neighbours, not with all p (processor sharing; the co-located layer profiles are
+    measured with k ranks all busy)."""
+    peak = max(stage_work_s)
+    return sum(stage_work_s) / peak if peak > 0 else 1.0
+
+
 def balance_stages(costs: list[float], p: int) -> list[tuple[int, int]]:
     """Contiguous split of layers into p non-empty stages minimising the slowest stage's cost
     (linear partition by dynamic programming, O(p L^2) at worst, pruned); returns [start, end) per stage."""

@@ -78,7 +78,10 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
         send_bytes, send_s, link = 0.0, 0.0, "intra"
         if s < pp - 1:
             link = stage_boundary_link(cluster, dp, tp, pp, s)
-            send_bytes = micro_batch * workload.layers[hi - 1].activation_elems * dtype_bytes
+            # the stage's output: the last of its layers that has an activation (a positional
+            # embedding added in place lists none)
+            out_elems = next((x.activation_elems for x in reversed(workload.layers[lo:hi]) if x.activation_elems), 0.0)
+            send_bytes = micro_batch * out_elems * dtype_bytes
             # each TP rank sends its 1/t slice; on the network the t slices share the node's NICs
             load = 1.0 if link == "intra" else tp * cluster.oversubscription / cluster.nics_per_node
             send_s = message_time_s(send_bytes / tp, link_of(cluster, link), load)
