@@ -154,3 +154,57 @@ def test_a_stage_ending_in_a_layer_without_activation_sends_the_one_before():
     plan = build_pipeline_plan(_scenario("small_transformer", 4, "flops", micro_batches=4))
     assert plan.stages[0].send_bytes == 16 // 4 * 8192 * 4
     assert all(st.send_bytes > 0 for st in plan.stages[:-1])
+
+
+@given(st.lists(st.floats(0.0, 1e3), min_size=1, max_size=8))
+def test_busy_stages_is_between_one_and_p(work):
+    from sim.costs.pipeline import busy_stages
+
+    k = busy_stages(work)
+    assert 1.0 - 1e-9 <= k <= len(work) + 1e-9
+    if max(work) > 0 and len(set(work)) == 1:
+        assert k == pytest.approx(len(work))
+
+
+def test_loss_residual_is_the_profile_beyond_its_layers_slowed_like_them(tmp_path):
+    from validation.points import loss_residual_s
+
+    prof = {1: {"fwd_s": [3.0, 1.0], "bwd_s": [4.0, 2.0], "iteration_wall_s": 12.0},   # layers 10, rest 2
+            2: {"fwd_s": [4.5, 1.5], "bwd_s": [6.0, 3.0], "iteration_wall_s": 30.0}}   # layers 1.5 x alone
+    cal = Calibration(path=tmp_path, device={"workloads": {"m": {4: {"layers": ["0", "1"], "colocated": prof}}}}, links={})
+    assert loss_residual_s(cal, "m", 4, 1) == pytest.approx(2.0)
+    assert loss_residual_s(cal, "m", 4, 2) == pytest.approx(3.0)  # not 30 - 15: waits for a core are not loss
+    assert loss_residual_s(cal, "m", 2, 1) == pytest.approx(1.0)  # nearest batch, scaled linearly
+    assert loss_residual_s(cal, "other", 4, 1) == 0.0
+
+
+def test_pipeline_point_takes_micro_batch_profiles_at_the_busy_stage_count(tmp_path):
+    """small_cnn, 2 stages by FLOPs ((0, 3) | (6, 10, 12)), 4 micro-batches of 8: the plan's
+    per-micro-batch stage times are pipeline.yaml's batch-8 profile (not device.yaml's batch 32 / 4)
+    interpolated between k = 1 and 2 at k_eff = sum W / max W, the loss after the last layer,
+    plus the calibrated overhead per pass."""
+    from validation.pipeline_bench import PIPELINE_FILE
+    from validation.points import pipeline_calibrated
+
+    names = ["0", "3", "6", "10", "12"]
+
+    def prof(scale, fwd, bwd, rest):
+        f, b = [scale * t for t in fwd], [scale * t for t in bwd]
+        return {"fwd_s": f, "bwd_s": b, "iteration_wall_s": sum(f) + sum(b) + rest}
+
+    fwd, bwd = [1.0, 1.0, 0.1, 0.1, 0.1], [2.0, 2.0, 0.2, 0.2, 0.2]
+    micro = {"layers": names, "colocated": {1: prof(1.0, fwd, bwd, 0.5), 2: prof(1.5, fwd, bwd, 9.0)}}
+    full = {"layers": names, "colocated": {1: prof(40.0, fwd, bwd, 0.0), 2: prof(40.0, fwd, bwd, 0.0)}}
+    o = 1e-3
+    (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {2: {"overhead_per_pass_s": o}},
+                                                          "workloads": {"small_cnn": {8: micro}}}))
+    cal = Calibration(path=tmp_path, device={"workloads": {"small_cnn": {32: full}}}, links={})
+    scenario = pipeline_calibrated(_scenario("small_cnn", 2, "flops", micro_batches=4), cal)
+    plan = build_pipeline_plan(scenario)
+    assert [st.layers for st in plan.stages] == [(0, 2), (2, 5)]
+    k_eff = (6.0 + 0.9 + 0.5) / 6.0
+    factor = 1.0 + 0.5 * (k_eff - 1.0)  # alone x 1, two ranks x 1.5, linear in k
+    assert plan.stages[0].fwd_s == pytest.approx(2.0 * factor + o)
+    assert plan.stages[0].bwd_s == pytest.approx(4.0 * factor + o)
+    assert plan.stages[1].fwd_s == pytest.approx(0.3 * factor + o)
+    assert plan.stages[1].bwd_s == pytest.approx((0.6 + 0.5) * factor + o)  # the loss: 0.5 alone, slowed alike
