@@ -99,8 +99,8 @@ def measure_pipeline(p: int, *, micro_batches: tuple[int, ...] = MICRO_BATCHES, 
     from real.launch import free_port
 
     with tempfile.TemporaryDirectory(prefix="scalebench-pipeline-") as tmp:
-        job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup,
-               "out": str(Path(tmp) / "out.json")}
+        out = Path(tmp) / "out.json"
+        job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup, "out": str(out)}
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(job))
         port = str(free_port())
@@ -116,11 +116,11 @@ def measure_pipeline(p: int, *, micro_batches: tuple[int, ...] = MICRO_BATCHES, 
                 if proc.poll() is None:
                     proc.kill()
                     proc.wait()
-        if any(proc.returncode for proc in procs) or not Path(job["out"]).exists():
+        if any(proc.returncode for proc in procs) or not out.exists():
             raise RuntimeError("pipeline benchmark failed: " + " | ".join(
                 (proc.stderr.read().decode(errors="replace").strip().splitlines() or [""])[-1]
                 for proc in procs if proc.stderr))
-        return json.loads(Path(job["out"]).read_text())
+        return json.loads(out.read_text())
 
 
 def bench_scenario(row: dict[str, Any], link_name: str, catalog, device_name: str, overhead_s: float):
