@@ -125,9 +125,12 @@ def _check_against_scenario(options: RealOptions, scenario: Scenario) -> None:
         raise ConfigError("workload.model", name, sorted(n for n, m in MODELS.items() if m.cpu_sized))
     world = scenario.cluster.world_size
     if options.strategy == "pipeline":
-        units = len(MODELS[name].build())
+        from sim.costs.pipeline import layer_unit
+
+        units = len({layer_unit(layer.name) for layer in scenario.workload.layers})
         if world > units:
-            raise ConfigError("cluster.gpus", world, f"at most {units} pipeline stages (the model's top-level layers)")
+            raise ConfigError("cluster.gpus", world, f"at most {units} pipeline stages (the model's top-level layers "
+                              "with parameters; stages are cut between them)")
         if scenario.workload.batch_size % options.microbatches:
             raise ConfigError("real.microbatches", options.microbatches, f"a divisor of workload.batch_size={scenario.workload.batch_size}")
     if options.strategy in ("ps_sync", "ps_async") and world < 2:

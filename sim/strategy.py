@@ -27,7 +27,7 @@ STRATEGY_KEYS = (
     "kind", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
-    "dp", "tp", "pp", "micro_batches", "schedule",
+    "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
     "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
 )
 
@@ -73,6 +73,12 @@ class Strategy:
     """Micro-batches per iteration per pipeline; must divide the batch."""
     schedule: str = "1f1b"
     """Pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b."""
+    stage_balance: str = "time"
+    """How layers are cut into pipeline stages (sim/costs/pipeline.py STAGE_BALANCES): time, flops
+    or params, always between the model's top-level modules; the real harness cuts the same way."""
+    pipeline_overhead_s: float = 0.0
+    """The pipelining framework's own cost per micro-batch pass (forward or backward) per stage,
+    beside the layers' compute and the activation send (set by calibration; sim/engine/pipeline_plan.py)."""
     ps_mode: str = "sync"
     """With collective=ps: sync (all workers' gradients per step) or async (one process per worker)."""
     ps_placement: str = "sharded"
@@ -102,6 +108,7 @@ class Strategy:
 
 
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
+    from sim.costs.pipeline import STAGE_BALANCES
     from sim.costs.staleness import STALENESS_PENALTIES
 
     spec = spec or {}
@@ -150,6 +157,9 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         pp=pp,
         micro_batches=require_positive(f"{where}.micro_batches", spec.get("micro_batches", 1), integer=True),
         schedule=require_choice(f"{where}.schedule", spec.get("schedule", "1f1b"), SCHEDULES),
+        stage_balance=require_choice(f"{where}.stage_balance", spec.get("stage_balance", "time"), STAGE_BALANCES),
+        pipeline_overhead_s=float(require_positive(f"{where}.pipeline_overhead_s", spec.get("pipeline_overhead_s", 0.0),
+                                                   allow_zero=True)),
         ps_mode=require_choice(f"{where}.ps_mode", spec.get("ps_mode", "sync"), PS_MODES),
         ps_placement=require_choice(f"{where}.ps_placement", spec.get("ps_placement", "sharded"), PS_PLACEMENTS),
         max_staleness=(None if spec.get("max_staleness") is None else

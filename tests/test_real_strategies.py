@@ -95,12 +95,17 @@ def test_async_ps_records_staleness_per_update():
     assert len(raw["ranks"]) == 2 and raw["workers"] == 2
 
 
-def test_pipeline_split_points_cover_every_layer_once():
-    from real.strategies.pipeline import split_points
+def test_pipeline_child_ranges_cover_every_child_once():
+    from real.strategies.pipeline import child_ranges, pipeline_scenario
+    from sim.config import scenario_from_dict
 
-    for counts, stages in [([10, 0, 10, 0, 10], 2), ([1, 1, 1, 1], 4), ([0, 0, 5], 3), ([100, 1, 1, 1], 2)]:
-        bounds = split_points(counts, stages)
-        assert len(bounds) == stages
-        assert bounds[0][0] == 0 and bounds[-1][1] == len(counts)
-        assert all(lo < hi for lo, hi in bounds)
-        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+    for model, stages in [("mlp", 2), ("mlp", 3), ("small_cnn", 4), ("small_transformer", 2)]:
+        for rule in ("time", "flops", "params"):
+            scenario = scenario_from_dict({"workload": {"model": model}, "cluster": {"gpus": stages, "gpu": "cpu"},
+                                           "strategy": {"stage_balance": rule}})
+            n = len(build_model(model))
+            bounds = child_ranges(pipeline_scenario(scenario, stages, 1), n)
+            assert len(bounds) == stages
+            assert bounds[0][0] == 0 and bounds[-1][1] == n
+            assert all(lo < hi for lo, hi in bounds)
+            assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))

@@ -24,6 +24,7 @@ from sim.costs.network import message_time_s
 from sim.errors import ConfigError
 from validation.codec_bench import CODEC_OPS_FILE, calibrate_codec_ops
 from validation.microbench import CODECS_FILE, FRAMEWORK_FILE, calibrate_codecs, calibrate_framework
+from validation.pipeline_bench import PIPELINE_FILE, calibrate_pipeline
 
 FIT_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "sendrecv": "sendrecv"}
 
@@ -149,6 +150,9 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
         calibrate_codecs(directory, tuple(settings["codec_ranks"]), progress=progress)
     if settings.get("codec_op_ranks") and (recalibrate or not (directory / CODEC_OPS_FILE).exists()):
         calibrate_codec_ops(directory, tuple(settings["codec_op_ranks"]), progress=progress)
+    if settings.get("pipeline_ranks") and (recalibrate or not (directory / PIPELINE_FILE).exists()):
+        calibrate_pipeline(directory, tuple(settings["pipeline_ranks"]),
+                           micro_batches=dict(settings.get("pipeline_micro_batch") or {}), progress=progress)
     return load_calibration(directory)
 
 

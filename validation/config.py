@@ -22,7 +22,7 @@ THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
 MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations")
 CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "codec_ranks",
                     "codec_op_ranks",
-                    "framework_ranks")
+                    "framework_ranks", "pipeline_ranks", "pipeline_micro_batch")
 NETWORK_KEYS = ("ranks", "links", "collectives", "min_bytes", "max_bytes", "iterations")
 AXES = ("model", "ranks", "link", "strategy", "overlap", "bucket_mib", "codec", "microbatches")
 SWEEP_KEYS = ("name", *AXES)

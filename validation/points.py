@@ -17,18 +17,24 @@ from sim.catalog import Catalog, Link
 from sim.codecs import CODECS, default_path
 from sim.config import scenario_from_dict
 from sim.costs.colocation import shared_device
+from sim.costs.pipeline import busy_stages
+from sim.engine.pipeline_plan import stage_bounds
 from sim.errors import ConfigError
 from sim.workload import Layer
 from validation.calib import fitted_ranks, link_for
 from validation.codec_bench import codec_ops_for
 from validation.config import Point
 from validation.microbench import framework_overhead_s, reduce_ns_for
+from validation.pipeline_bench import micro_batch_calibration, pipeline_overhead_for
 
 CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
 """The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
 HARNESS_MODULES = {"codec": "real.strategies.hooks", "ps_sync": "real.strategies.ps",
                    "pipeline": "real.strategies.pipeline"}
 PIPELINE_SCHEDULE = "gpipe"
+PIPELINE_STAGE_BALANCE = "flops"
+"""Stages cut by FLOPs: known without measuring, so the harness and the calibrated simulator run
+the same stages (by time, the simulator would cut by its calibrated times, which the harness lacks)."""
 
 
 def _strategy(point: Point) -> dict[str, Any]:
@@ -37,7 +43,7 @@ def _strategy(point: Point) -> dict[str, Any]:
         return {"collective": "ps", "ps_servers": 1, "bucket_mib": point.bucket_mib, "overlap": False}
     if point.strategy == "pipeline":
         return {"kind": "pipeline", "pp": point.ranks, "micro_batches": point.microbatches,
-                "schedule": PIPELINE_SCHEDULE}
+                "schedule": PIPELINE_SCHEDULE, "stage_balance": PIPELINE_STAGE_BALANCE}
     out: dict[str, Any] = {"bucket_mib": point.bucket_mib, "overlap": point.overlap}
     if point.overlap:  # the harness gives DDP bucket_cap_mb, so torch caps the first bucket at it too
         out["first_bucket_mib"] = point.bucket_mib
@@ -104,6 +110,8 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
         ps = colocated_ps_link(scenario.cluster.intra_link, fitted_n=int(link.split("_n")[-1].split("_")[0]),
                                ranks=point.ranks)
         scenario = replace(scenario, cluster=replace(scenario.cluster, intra_link=ps, inter_link=ps))
+    if point.strategy == "pipeline":
+        return pipeline_calibrated(scenario, cal)
     try:
         scenario = apply_calibration(scenario, cal)
     except ConfigError:
@@ -111,6 +119,70 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     if point.strategy == "ddp":
         scenario = with_framework_overhead(scenario, framework_overhead_s(cal.path, point.ranks))
     return scenario
+
+
+def pipeline_calibrated(scenario, cal: Calibration):
+    """A pipeline point: per-layer times of one micro-batch from the co-located profiles at the
+    micro-batch size (pipeline.yaml's, else device.yaml's batch scaled linearly), at the pipeline's
+    busy-stage count k_eff (``busy_stages``: stages idle in part of the step leave cores to the
+    others), interpolated linearly between the measured k that bracket it; stored as m x those
+    times because the pipeline plan gives each micro-batch 1/m of a layer's batch time; and
+    torch.distributed.pipelining's own per-pass cost (strategy.pipeline_overhead_s) at p stages."""
+    m, p = scenario.strategy.micro_batches, scenario.strategy.pp
+    w = scenario.workload
+    mcal = micro_batch_calibration(cal)
+
+    def micro_times(k: int) -> list[tuple[float, float]]:
+        micro = replace(scenario, workload=w.with_batch_size(w.batch_size // m),
+                        cluster=replace(scenario.cluster, gpus_per_node=k, nodes=1))
+        try:
+            micro = apply_calibration(micro, mcal)
+        except ConfigError:
+            micro = apply_coarse_calibration(micro, mcal)
+        times = [(layer.fwd_time_s, layer.bwd_time_s) for layer in micro.workload.layers]
+        # the loss and its gradient (the profile's iteration beyond its layers) follow the last layer
+        f, b = times[-1]
+        times[-1] = (f, b + loss_residual_s(mcal, w.name, w.batch_size // m, k))
+        return times
+
+    measured = sorted({1, *colocated_ks(mcal, w.name)})
+    alone = micro_times(1)
+    bounds = stage_bounds(scenario, [f + b for f, b in alone])
+    k_eff = min(float(p), busy_stages([sum(f + b for f, b in alone[lo:hi]) for lo, hi in bounds]))
+    lo_k = max([k for k in measured if k <= k_eff] or [1])
+    hi_k = min([k for k in measured if k >= k_eff] or [p])
+    t_lo, t_hi = micro_times(lo_k), micro_times(hi_k)
+    share = 0.0 if hi_k == lo_k else (k_eff - lo_k) / (hi_k - lo_k)
+    layers = tuple(replace(layer, fwd_time_s=m * (a[0] + share * (b[0] - a[0])), bwd_time_s=m * (a[1] + share * (b[1] - a[1])))
+                   for layer, a, b in zip(w.layers, t_lo, t_hi, strict=True))
+    strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, p))
+    return replace(scenario, workload=replace(w, layers=layers), strategy=strategy)
+
+
+def loss_residual_s(cal: Calibration, model: str, batch_size: int, ranks: int) -> float:
+    """The loss, its gradient and zero_grad: the layer profile's iteration wall time minus its
+    layers' forward and backward, taken alone (k = 1: with k ranks on 2 cores the wall time also
+    holds waits for a core) and slowed like the layers at ``ranks`` (sum at k / sum alone); at the
+    nearest profiled batch, scaled linearly; 0 where the profile lacks it."""
+    entries = {int(b): e for b, e in ((cal.device.get("workloads") or {}).get(model) or {}).items()}
+    if not entries:
+        return 0.0
+    nearest = min(entries, key=lambda b: (abs(b - batch_size), b))
+    prof = {int(k): v for k, v in (entries[nearest].get("colocated") or {}).items()}
+    alone = prof.get(1)
+    if not alone or "iteration_wall_s" not in alone:
+        return 0.0
+    layers_alone = sum(alone["fwd_s"]) + sum(alone["bwd_s"])
+    rest = max(0.0, float(alone["iteration_wall_s"]) - layers_alone)
+    near_k = prof.get(ranks) or alone
+    slowdown = (sum(near_k["fwd_s"]) + sum(near_k["bwd_s"])) / layers_alone if layers_alone > 0 else 1.0
+    return rest * slowdown * batch_size / nearest
+
+
+def colocated_ks(cal: Calibration, model: str) -> list[int]:
+    """The co-located rank counts the calibration profiled ``model`` with (any batch)."""
+    entries = (cal.device.get("workloads") or {}).get(model) or {}
+    return sorted({int(k) for e in entries.values() for k in (e.get("colocated") or {})})
 
 
 def with_framework_overhead(scenario, overhead_s: float):

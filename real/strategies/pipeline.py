@@ -1,7 +1,8 @@
 """Pipeline model parallelism with torch.distributed.pipelining (it runs on gloo/CPU here).
 
-The model's top-level children are split into ``world`` contiguous stages, balanced by
-parameter count; rank i runs stage i. Every rank sees the same batch (rank 0's data), cut into
+The model's top-level children are split into ``world`` contiguous stages exactly as the
+simulator splits the zoo's layers (``strategy.stage_balance``: time, flops or params; see
+``child_ranges``); rank i runs stage i. Every rank sees the same batch (rank 0's data), cut into
 ``microbatches`` micro-batches; GPipe (all forwards, then all backwards) or 1F1B. Gradients are
 scaled by 1/microbatches (``scale_grads``), so one step equals the unsplit model's step on the
 whole batch with a mean loss. Bubble fraction in theory: (p-1)/(m+p-1) for both schedules.
@@ -9,6 +10,8 @@ whole batch with a mean loss. Bubble fraction in theory: (p-1)/(m+p-1) for both 
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -16,28 +19,35 @@ from torch import nn
 
 from real.models import loss_fn
 from real.strategies.common import make_optimizer
+from sim.costs.pipeline import layer_unit
+from sim.engine.pipeline_plan import stage_bounds
+from sim.errors import ConfigError
 
 
-def split_points(param_counts: list[int], stages: int) -> list[tuple[int, int]]:
-    """Contiguous [lo, hi) child ranges, one per stage, each non-empty, closing a stage once it
-    holds its share of the parameters (greedy on the running total)."""
-    n = len(param_counts)
-    if stages > n:
-        raise ValueError(f"{stages} stages for {n} layers")
-    total = sum(param_counts) or n
-    weights = param_counts if sum(param_counts) else [1] * n
-    bounds, lo, acc = [], 0, 0.0
-    for s in range(stages - 1):
-        hi = lo + 1
-        acc += weights[lo]
-        # extend while the stage is below its share and enough layers remain for the other stages
-        while hi < n - (stages - 1 - s) and acc + weights[hi] <= total * (s + 1) / stages:
-            acc += weights[hi]
-            hi += 1
-        bounds.append((lo, hi))
-        lo = hi
-    bounds.append((lo, n))
-    return bounds
+def pipeline_scenario(scenario: Any, stages: int, microbatches: int) -> Any:
+    """The scenario as the simulator would see this run: ``stages`` pipeline stages of
+    ``microbatches`` micro-batches (the harness' options may set them beside the strategy)."""
+    strategy = replace(scenario.strategy, pp=stages, micro_batches=microbatches,
+                       kind="pipeline" if stages > 1 else scenario.strategy.kind)
+    return replace(scenario, strategy=strategy)
+
+
+def _child_index(layer_name: str) -> int:
+    """The torch child a zoo layer starts in: CPU-sized zoo layers are named after the index of
+    their first top-level child (``3``, ``1.attn.qkv``; real/layers.py's tables: ``3_conv2d``)."""
+    digits = re.match(r"\d+", layer_unit(layer_name))
+    if digits is None:
+        raise ConfigError("workload.layers", layer_name, "names starting with their torch child's index (0, 1.attn ...)")
+    return int(digits.group())
+
+
+def child_ranges(scenario: Any, n_children: int) -> list[tuple[int, int]]:
+    """Contiguous [lo, hi) torch-child ranges, one per stage: the simulator's own stage split
+    (``sim.engine.pipeline_plan.stage_bounds``, by ``strategy.stage_balance``) mapped from zoo
+    layers to torch children; a parameter-free child (activation, pool) stays with the layer before it."""
+    layers = scenario.workload.layers
+    starts = [_child_index(layers[lo].name) for lo, _ in stage_bounds(scenario)]
+    return list(zip(starts, [*starts[1:], n_children], strict=True))
 
 
 class PipelineTrainer:
@@ -46,7 +56,7 @@ class PipelineTrainer:
 
         self.rank, self.world = ctx.rank, ctx.world
         children = list(model)
-        lo, hi = split_points([sum(p.numel() for p in c.parameters()) for c in children], self.world)[self.rank]
+        lo, hi = child_ranges(pipeline_scenario(scenario, self.world, options.microbatches), len(children))[self.rank]
         self.module = nn.Sequential(*children[lo:hi])
         self.layers = (lo, hi)
         stage = PipelineStage(self.module, self.rank, self.world, ctx.device)

@@ -25,6 +25,39 @@ def stash_micro_batches(schedule: str, p: int, m: int, stage: int) -> int:
     return min(p - stage, m)
 
 
+STAGE_BALANCES = ("time", "flops", "params")
+"""How a pipeline's layers are cut into stages (strategy.stage_balance): by the simulator's
+per-layer time (forward + backward of one micro-batch), by FLOPs (forward + backward), or by
+parameter count. flops and params need no measurement, so the real harness and a calibrated
+simulator cut a model identically; time is the simulator's own optimum."""
+
+
+def layer_unit(name: str) -> str:
+    """The pipeline unit a zoo layer belongs to: its name up to the first '.' (``1.attn.qkv`` ->
+    ``1``, ``block3.fc`` -> ``block3``); stages are cut only between units, which are the model's
+    top-level modules (torch's top-level children for the CPU-sized models)."""
+    return name.split(".", 1)[0]
+
+
+def split_units(costs: list[float], units: list[str], p: int) -> list[tuple[int, int]]:
+    """``balance_stages`` over the units (consecutive layers with the same unit, costs summed);
+    returns [start, end) in layer indices, each stage whole units."""
+    starts = [i for i in range(len(units)) if i == 0 or units[i] != units[i - 1]]
+    ends = [*starts[1:], len(units)]
+    bounds = balance_stages([sum(costs[a:b]) for a, b in zip(starts, ends, strict=True)], p)
+    return [(starts[lo], ends[hi - 1]) for lo, hi in bounds]
+
+
+def busy_stages(stage_work_s: list[float]) -> float:
+    """Time-averaged number of stages computing at once in a pipeline's steady state: stage s
+    is busy a share W_s / W_max of the time (the slowest stage sets the pace), so
+    k_eff = sum_s W_s / max_s W_s, between 1 and p. Ranks sharing a machine's cores compete with
+    k_eff busy neighbours, not with all p (processor sharing; the co-located layer profiles are
+    measured with k ranks all busy)."""
+    peak = max(stage_work_s)
+    return sum(stage_work_s) / peak if peak > 0 else 1.0
+
+
 def balance_stages(costs: list[float], p: int) -> list[tuple[int, int]]:
     """Contiguous split of layers into p non-empty stages minimising the slowest stage's cost
     (linear partition by dynamic programming, O(p L^2) at worst, pruned); returns [start, end) per stage."""

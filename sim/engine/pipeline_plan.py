@@ -14,9 +14,10 @@ from sim.config import Scenario
 from sim.costs.collectives import link_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.network import message_time_s
-from sim.costs.pipeline import balance_stages
+from sim.costs.pipeline import layer_unit, split_units
 from sim.costs.tensor import tp_layer_comm_s
 from sim.engine.plan import DDP_FIRST_BUCKET_BYTES, assign_buckets, bucket_sync
+from sim.errors import ConfigError
 from sim.parallel import check_placement, dp_group, stage_boundary_link, tp_group
 from sim.strategy import DTYPE_BYTES
 
@@ -66,7 +67,10 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
     tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, tp_cluster) for layer in workload.layers]
     fwd = [f / tp + c for (f, _), c in zip(times, tp_comm, strict=True)]
     bwd = [b / tp + c for (_, b), c in zip(times, tp_comm, strict=True)]
-    bounds = balance_stages([f + b for f, b in zip(fwd, bwd, strict=True)], pp)
+    bounds = stage_bounds(scenario, [f + b for f, b in zip(fwd, bwd, strict=True)])
+    # the framework's own cost per micro-batch pass per stage (strategy.pipeline_overhead_s,
+    # calibrated by validation/pipeline_bench.py): stage pass = its layers + overhead
+    over_s = strategy.pipeline_overhead_s
     stages = []
     for s, (lo, hi) in enumerate(bounds):
         params = sum(layer.param_count for layer in workload.layers[lo:hi])
@@ -74,19 +78,46 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
         send_bytes, send_s, link = 0.0, 0.0, "intra"
         if s < pp - 1:
             link = stage_boundary_link(cluster, dp, tp, pp, s)
-            send_bytes = micro_batch * workload.layers[hi - 1].activation_elems * dtype_bytes
+            # the stage's output: the last of its layers that has an activation (a positional
+            # embedding added in place lists none)
+            out_elems = next((x.activation_elems for x in reversed(workload.layers[lo:hi]) if x.activation_elems), 0.0)
+            send_bytes = micro_batch * out_elems * dtype_bytes
             # each TP rank sends its 1/t slice; on the network the t slices share the node's NICs
             load = 1.0 if link == "intra" else tp * cluster.oversubscription / cluster.nics_per_node
             send_s = message_time_s(send_bytes / tp, link_of(cluster, link), load)
         dp_s, codec_s, dp_bytes = _stage_dp_sync(scenario, lo, hi, dp_cluster)
         stages.append(StagePlan(
-            index=s, layers=(lo, hi), fwd_s=sum(fwd[lo:hi]), bwd_s=sum(bwd[lo:hi]),
+            index=s, layers=(lo, hi), fwd_s=sum(fwd[lo:hi]) + over_s, bwd_s=sum(bwd[lo:hi]) + over_s,
             tp_comm_s=2 * sum(tp_comm[lo:hi]), send_s=send_s, send_link=link, send_bytes=send_bytes,
             dp_sync_s=dp_s, codec_s=codec_s, dp_bytes_by_link=dp_bytes,
             optimizer_s=workload_optimizer_time_s(workload, shard_params, dtype_bytes, cluster.gpu),
             param_count=params,
         ))
     return PipelinePlan(tuple(stages), m, strategy.schedule, dp, tp, _tp_bytes(scenario, micro_batch, dtype_bytes, tp_cluster))
+
+
+def stage_bounds(scenario: Scenario, times_s: list[float] | None = None) -> list[tuple[int, int]]:
+    """[start, end) zoo-layer indices of each pipeline stage, cut between top-level modules
+    (``layer_unit``) by ``strategy.stage_balance``: time (``times_s``, one micro-batch's forward +
+    backward per layer; the simulator's own when None), flops (forward + backward FLOPs) or params.
+    The real harness calls this too (real/strategies/pipeline.py), so both run the same stages."""
+    workload, strategy = scenario.workload, scenario.strategy
+    layers = workload.layers
+    if strategy.stage_balance == "params":
+        costs = [float(layer.param_count) for layer in layers]
+    elif strategy.stage_balance == "flops":
+        costs = [layer.fwd_flops + layer.bwd_flops for layer in layers]
+    else:
+        if times_s is None:
+            micro = workload.batch_size // strategy.micro_batches
+            times_s = [f + b for f, b in micro_batch_times_s(scenario, micro, DTYPE_BYTES[strategy.precision])]
+        costs = list(times_s)
+    units = [layer_unit(layer.name) for layer in layers]
+    count = len(dict.fromkeys(units))
+    if strategy.pp > count:
+        raise ConfigError("strategy.pp", strategy.pp, f"at most {workload.name}'s {count} top-level modules "
+                          "(stages are cut between them)")
+    return split_units(costs, units, strategy.pp)
 
 
 def micro_batch_times_s(scenario: Scenario, micro_batch: int, dtype_bytes: int) -> list[tuple[float, float]]:
