@@ -156,7 +156,10 @@ def pipeline_calibrated(scenario, cal: Calibration):
     layers = tuple(replace(layer, fwd_time_s=m * (a[0] + share * (b[0] - a[0])), bwd_time_s=m * (a[1] + share * (b[1] - a[1])))
                    for layer, a, b in zip(w.layers, t_lo, t_hi, strict=True))
     strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, p))
-    return replace(scenario, workload=replace(w, layers=layers), strategy=strategy)
+    # the optimizer step from the whole-step calibration at the full batch (each stage steps its
+    # own parameters: the plan takes it pro rata), at the busy-stage count's upper bracket
+    opt_s = optimizer_time_s(cal, w.name, w.batch_size, hi_k)
+    return replace(scenario, workload=replace(w, layers=layers, optimizer_time_s=opt_s), strategy=strategy)
 
 
 def loss_residual_s(cal: Calibration, model: str, batch_size: int, ranks: int) -> float:
