@@ -111,15 +111,13 @@ def codec_ops_for(cal_dir: str | Path, codec: str, ranks: int, cores: int | None
     given: x colocation_factor(cores, ranks) / colocation_factor(cores, k) (sim/costs/colocation.py;
     measured on 2 cores: fp8 decode 9.9 ns at k=2, 20.5 at k=4, the factor's 2x). None: not calibrated."""
     from sim.costs.colocation import colocation_factor
+    from validation.microbench import nearest_world_size
 
-    path = Path(cal_dir) / CODEC_OPS_FILE
-    if not path.exists():
+    found = nearest_world_size(Path(cal_dir) / CODEC_OPS_FILE, ranks)
+    if found is None:
         return None
-    sizes = {int(k): v for k, v in (yaml.safe_load(path.read_text()) or {}).get("world_sizes", {}).items()}
-    if not sizes:
-        return None
-    nearest = min(sizes, key=lambda k: (abs(k - ranks), -k))
-    ops = (sizes[nearest].get("ns_per_elem") or {}).get(codec)
+    nearest, entry = found
+    ops = (entry.get("ns_per_elem") or {}).get(codec)
     if ops is None or not cores:
         return ops
     scale = colocation_factor(cores, ranks) / colocation_factor(cores, nearest)

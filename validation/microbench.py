@@ -137,8 +137,10 @@ def measure_codec_sums(n: int, *, iterations: int = 8, warmup: int = 2, timeout_
                      timeout_s=timeout_s)
 
 
-def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300) -> list[dict[str, Any]]:
-    """Run ``job`` on ``n`` co-located ranks of this module; return rank 0's rows."""
+def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300,
+              module: str = "validation.microbench") -> list[dict[str, Any]]:
+    """Run ``job`` on ``n`` co-located ranks of ``module`` (``python -m module JOB.json``, which
+    writes rank 0's rows to ``job["out"]``); return rank 0's rows."""
     from real.launch import free_port
 
     with tempfile.TemporaryDirectory(prefix="scalebench-codec-") as tmp:
@@ -146,7 +148,7 @@ def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300) -> list[di
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(job))
         port = str(free_port())
-        procs = [subprocess.Popen([sys.executable, "-m", "validation.microbench", str(job_file)],
+        procs = [subprocess.Popen([sys.executable, "-m", module, str(job_file)],
                                   env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
                                        "MASTER_PORT": port}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                  for r in range(n)]
@@ -211,14 +213,20 @@ def framework_overhead_s(cal_dir: str | Path, ranks: int) -> float:
 
 def reduce_ns_for(cal_dir: str | Path, dtype: str, ranks: int) -> float | None:
     """The calibrated extra summation cost for ``dtype`` at the nearest measured world size."""
-    path = Path(cal_dir) / CODECS_FILE
+    found = nearest_world_size(Path(cal_dir) / CODECS_FILE, ranks)
+    return None if found is None else found[1]["reduce_ns_per_elem"].get(dtype)
+
+
+def nearest_world_size(path: Path, ranks: int) -> tuple[int, dict[str, Any]] | None:
+    """(k, entry) of a calibration file's ``world_sizes`` at the measured k nearest ``ranks``
+    (ties to the larger k); None when the file or its entries are missing."""
     if not path.exists():
         return None
     sizes = {int(k): v for k, v in (yaml.safe_load(path.read_text()) or {}).get("world_sizes", {}).items()}
     if not sizes:
         return None
     nearest = min(sizes, key=lambda k: (abs(k - ranks), -k))
-    return sizes[nearest]["reduce_ns_per_elem"].get(dtype)
+    return nearest, sizes[nearest]
 
 
 if __name__ == "__main__":

@@ -22,9 +22,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -96,31 +94,10 @@ def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int) 
 def measure_pipeline(p: int, *, micro_batches: tuple[int, ...] = MICRO_BATCHES, iterations: int = 20,
                      warmup: int = 3, timeout_s: float = 300) -> list[dict[str, Any]]:
     """Run the benchmark on p co-located gloo ranks; rank 0's rows."""
-    from real.launch import free_port
+    from validation.microbench import run_ranks
 
-    with tempfile.TemporaryDirectory(prefix="scalebench-pipeline-") as tmp:
-        out = Path(tmp) / "out.json"
-        job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup, "out": str(out)}
-        job_file = Path(tmp) / "job.json"
-        job_file.write_text(json.dumps(job))
-        port = str(free_port())
-        procs = [subprocess.Popen([sys.executable, "-m", "validation.pipeline_bench", str(job_file)],
-                                  env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(p), "MASTER_ADDR": "127.0.0.1",
-                                       "MASTER_PORT": port}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                 for r in range(p)]
-        try:
-            for proc in procs:
-                proc.wait(timeout=timeout_s)
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if any(proc.returncode for proc in procs) or not out.exists():
-            raise RuntimeError("pipeline benchmark failed: " + " | ".join(
-                (proc.stderr.read().decode(errors="replace").strip().splitlines() or [""])[-1]
-                for proc in procs if proc.stderr))
-        return json.loads(out.read_text())
+    job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup, "kind": "pipeline"}
+    return run_ranks(p, job, timeout_s=timeout_s, module="validation.pipeline_bench")
 
 
 def bench_scenario(row: dict[str, Any], link_name: str, catalog, device_name: str, overhead_s: float):
