@@ -93,7 +93,7 @@ def run_comm_bench(ctx) -> dict[str, Any]:
     import torch.distributed as dist
 
     from real.results import median_iqr
-    from real.strategies import timed_phase
+    from real.timing import timed_phase
 
     job = ctx.job
     n, rank = ctx.world, ctx.rank

@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from real.config import real_scenario
-from real.results import environment_columns, median_iqr, slowest_per_iteration
+from real.results import environment_columns, median_iqr, slowest_per_iteration, step_summary
 from sim.config import scenario_columns
 from sim.errors import ConfigError, require_positive
 
@@ -100,10 +100,9 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     out: dict[str, Any] = {"world_size": world}
     compute = [r["compute"] for r in ranks if r.get("compute")]
     if compute and len(compute) == len(ranks):
-        parts = [slowest_per_iteration([[row[k] for row in c] for c in compute]) for k in range(3)]
-        totals = slowest_per_iteration([[sum(row) for row in c] for c in compute])
-        comp_s, comp_iqr = median_iqr(totals)
-        fwd_s, bwd_s, opt_s = (median_iqr(p)[0] for p in parts)
+        step = step_summary(compute)
+        comp_s, comp_iqr = step["total_s"], step["total_iqr_s"]
+        fwd_s, bwd_s, opt_s = step["fwd_s"], step["bwd_s"], step["opt_s"]
     else:
         comp_s = comp_iqr = fwd_s = bwd_s = opt_s = NAN
     comm = [r["comm"] for r in ranks if r.get("comm")]

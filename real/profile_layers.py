@@ -93,18 +93,18 @@ def run_step_profile(ctx) -> dict[str, Any]:
     once, each repetition started after a barrier and counted as its slowest rank. The ranks
     run the harness' threads (cores // ranks): the layer profile's detached, one-thread passes
     see neither the autograd graph of the whole model nor the threads a lone rank gets."""
+    import torch
     import torch.distributed as dist
 
-    from real.results import median_iqr, slowest_per_iteration
-    from real.strategies import timed_phase
+    from real.models import build_model
+    from real.results import step_summary
     from real.strategies.common import LocalTrainer, rank_batches
+    from real.timing import timed_phase
 
     job = ctx.job
     out = []
     for model_name in job["models"]:
         for batch in job["batch_sizes"]:
-            from real.models import build_model
-
             local = LocalTrainer(build_model(model_name, 0), model_name, job.get("optimizer", "momentum"), 0.01)
             batches = rank_batches(model_name, batch, 0, ctx.rank)
 
@@ -119,15 +119,6 @@ def run_step_profile(ctx) -> dict[str, Any]:
             gathered: list[Any] = [None] * ctx.world
             dist.all_gather_object(gathered, rows)
             if ctx.rank == 0:
-                parts = [median_iqr(slowest_per_iteration([[r[k] for r in g] for g in gathered]))[0] for k in range(3)]
-                total, iqr = median_iqr(slowest_per_iteration([[sum(r) for r in g] for g in gathered]))
-                out.append({"model": model_name, "batch_size": batch, "fwd_s": parts[0], "bwd_s": parts[1],
-                            "opt_s": parts[2], "total_s": total, "total_iqr_s": iqr, "repetitions": len(rows),
-                            "threads": _threads_now()})
+                out.append({"model": model_name, "batch_size": batch, **step_summary(gathered),
+                            "repetitions": len(rows), "threads": torch.get_num_threads()})
     return {"rows": out, "world": ctx.world} if ctx.rank == 0 else {}
-
-
-def _threads_now() -> int:
-    import torch
-
-    return torch.get_num_threads()

@@ -31,6 +31,15 @@ def slowest_per_iteration(per_rank: list[list[float]]) -> list[float]:
     return [max(column) for column in zip(*per_rank, strict=True)]
 
 
+def step_summary(per_rank: list[list[list[float]]]) -> dict[str, float]:
+    """Per-rank rows of [forward, backward, optimizer] seconds per repetition -> the medians of
+    each part and of the whole step, every repetition counted as its slowest rank (a median of
+    sums is not the sum of the parts' medians: ``total_s`` is the former)."""
+    parts = [median_iqr(slowest_per_iteration([[row[k] for row in rows] for rows in per_rank]))[0] for k in range(3)]
+    total, iqr = median_iqr(slowest_per_iteration([[sum(row) for row in rows] for rows in per_rank]))
+    return {"fwd_s": parts[0], "bwd_s": parts[1], "opt_s": parts[2], "total_s": total, "total_iqr_s": iqr}
+
+
 @cache
 def cpu_model() -> str:
     try:

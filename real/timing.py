@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
+from typing import Any
 
 
 def repetitions(warm_s: list[float], *, iterations: int, min_time_s: float = 0.0, max_iterations: int = 0) -> int:
@@ -38,3 +40,14 @@ def agreed_repetitions(warm_s: list[float], job: dict, *, collective: bool = Tru
     agreed = torch.tensor([count], dtype=torch.int64)
     dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
     return int(agreed.item())
+
+
+def timed_phase(ctx, one: Callable[[int], tuple[float, Any]], warmup: int, *, collective: bool = True,
+                least: int | None = None) -> list[Any]:
+    """Run ``one(i)`` (-> (seconds, record)) ``warmup`` times untimed, then as many times as the job
+    asks (real/timing.py: at least ``least`` or the job's ``iterations``, enough for ``min_time_s``),
+    every rank the same number when ``collective``; the records of the timed repetitions."""
+    warm = [one(i)[0] for i in range(warmup)]
+    count = agreed_repetitions(warm, ctx.job if least is None else {**ctx.job, "iterations": least},
+                               collective=collective)
+    return [one(warmup + i)[1] for i in range(count)]

@@ -85,21 +85,26 @@ def _workload_entry(cal: Calibration, model: str, batch_size: int) -> tuple[dict
 
 
 def step_times(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> dict[str, float] | None:
-    """The measured whole compute-only step with ``ranks`` co-located ranks (forward, backward,
-    optimizer and total seconds at the calibrated batch), or None where it was not measured."""
+    """The measured whole compute-only step with ``ranks`` co-located ranks at the calibrated
+    batch: forward, backward and optimizer seconds, each scaled by total / (forward + backward +
+    optimizer) so that they add up to the median step (a median of sums is not the sum of
+    medians); None where it was not measured."""
     entry, _ = _workload_entry(cal, model, batch_size)
     steps = {int(k): v for k, v in (entry.get("steps") or {}).items()}
-    return {k: float(v) for k, v in steps[ranks].items() if k.endswith("_s")} if ranks in steps else None
+    if ranks not in steps:
+        return None
+    step = {k: float(steps[ranks][k]) for k in ("fwd_s", "bwd_s", "opt_s", "total_s")}
+    parts = step["fwd_s"] + step["bwd_s"] + step["opt_s"]
+    whole = step["total_s"] / parts if parts > 0 else 1.0
+    return {k: step[k] * whole for k in ("fwd_s", "bwd_s", "opt_s")}
 
 
 def layer_times_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> tuple[list[str], list[float], list[float]]:
     """(layer names, forward s, backward s) for ``model`` at ``batch_size`` with ``ranks`` co-located.
 
     The per-layer profile gives each layer's share; where the whole step was measured at this k
-    (``steps``), the shares are scaled to it: forward layers sum to the step's forward and
-    backward layers to its backward, each part first scaled by total / (forward + backward +
-    optimizer) so the three parts add up to the median step (a median of sums is not the sum of
-    medians). A per-layer pass on a detached input misses the whole model's autograd graph and
+    (``step_times``), the shares are scaled to it: forward layers sum to the step's forward and
+    backward layers to its backward. A per-layer pass on a detached input misses the whole model's autograd graph and
     runs with one thread where the harness gives a lone rank all cores."""
     entry, scale = _workload_entry(cal, model, batch_size)
     per_k = {int(k): v for k, v in (entry.get("colocated") or {}).items()}
@@ -110,9 +115,7 @@ def layer_times_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1)
     fwd, bwd = [t * factor for t in times["fwd_s"]], [t * factor for t in times["bwd_s"]]
     step = step_times(cal, model, batch_size, ranks)
     if step is not None and sum(fwd) > 0 and sum(bwd) > 0:
-        parts = step["fwd_s"] + step["bwd_s"] + step["opt_s"]
-        whole = step["total_s"] / parts if parts > 0 else 1.0
-        f_scale, b_scale = step["fwd_s"] * whole * scale / sum(fwd), step["bwd_s"] * whole * scale / sum(bwd)
+        f_scale, b_scale = step["fwd_s"] * scale / sum(fwd), step["bwd_s"] * scale / sum(bwd)
         fwd, bwd = [t * f_scale for t in fwd], [t * b_scale for t in bwd]
     return list(entry["layers"]), fwd, bwd
 
@@ -120,10 +123,7 @@ def layer_times_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1)
 def optimizer_time_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> float | None:
     """The measured optimizer step with ``ranks`` co-located (independent of the batch), if any."""
     step = step_times(cal, model, batch_size, ranks)
-    if step is None:
-        return None
-    parts = step["fwd_s"] + step["bwd_s"] + step["opt_s"]
-    return step["opt_s"] * (step["total_s"] / parts if parts > 0 else 1.0)
+    return None if step is None else step["opt_s"]
 
 
 def apply_calibration(scenario: Scenario, cal: Calibration) -> Scenario:

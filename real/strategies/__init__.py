@@ -12,7 +12,6 @@ Per-rank lists of seconds go to rank 0, which keeps, per iteration, the slowest 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -20,7 +19,7 @@ import torch.distributed as dist
 
 from real.config import real_scenario
 from real.strategies.common import LocalTrainer, StepTimes, base_model, rank_batches
-from real.timing import agreed_repetitions
+from real.timing import timed_phase
 
 TRAINERS = ("ddp", "ps_sync", "pipeline")
 
@@ -107,17 +106,6 @@ def _inject(mode: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     while True:
         time.sleep(3600)
-
-
-def timed_phase(ctx, one: Callable[[int], tuple[float, Any]], warmup: int, *, collective: bool = True,
-                least: int | None = None) -> list[Any]:
-    """Run ``one(i)`` (-> (seconds, record)) ``warmup`` times untimed, then as many times as the job
-    asks (real/timing.py: at least ``least`` or the job's ``iterations``, enough for ``min_time_s``),
-    every rank the same number when ``collective``; the records of the timed repetitions."""
-    warm = [one(i)[0] for i in range(warmup)]
-    count = agreed_repetitions(warm, ctx.job if least is None else {**ctx.job, "iterations": least},
-                               collective=collective)
-    return [one(warmup + i)[1] for i in range(count)]
 
 
 def _compute_only(ctx, local: LocalTrainer, batches, warmup: int, *, barrier: bool) -> list[list[float]]:
