@@ -160,7 +160,9 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
             raw = launch(job, nproc, timeout_s=timeout_s, deadline_s=deadline_s, netns=ns.name)
     else:
         raw = launch(job, nproc, timeout_s=timeout_s, deadline_s=deadline_s)
-    env = environment_columns(backend=backend, link=link, topology=topology, threads=None)
+    from real.steal import steal_columns
+
+    env = {**environment_columns(backend=backend, link=link, topology=topology, threads=None), **steal_columns(raw)}
     return [{**row, **env, "source": "real"} for row in raw["rows"] if "time_s" in row] + \
            [{**row, **env, "wrong": -1} for row in raw["rows"] if "error" in row]
 

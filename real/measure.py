@@ -21,6 +21,7 @@ from typing import Any
 
 from real.config import real_scenario
 from real.results import environment_columns, median_iqr, slowest_per_iteration, step_summary
+from real.steal import steal_columns
 from sim.config import scenario_columns
 from sim.errors import ConfigError, require_positive
 
@@ -54,6 +55,7 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
                 "iterations": timed, "warmup": warmup})
     row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads")))
+    row.update(steal_columns(raw))
     return row
 
 

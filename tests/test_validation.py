@@ -256,3 +256,53 @@ def test_two_regime_fit_recovers_alpha_and_bandwidth_despite_noisy_small_sizes()
     assert b == pytest.approx(bw, rel=0.01)
     assert a == pytest.approx(2 * alpha, rel=0.3)  # the median of the three small sizes' alphas
     assert two_regime_fit(sizes[:3], times[:3]) is None  # no large sizes: no bandwidth
+
+
+# -- rounds: every number the median of separate launches -------------------------------------
+
+def test_median_round_and_row_keep_the_middle_launch_and_list_all():
+    from real.calibrate import median_round
+    from validation.run import median_row
+
+    rows = [{"iteration_time_s": 0.06, "id": "a"}, {"iteration_time_s": 0.17, "id": "slow"},
+            {"iteration_time_s": 0.065, "id": "b"}]
+    kept = median_row(rows)
+    assert kept["id"] == "b" and kept["round_iteration_times_s"] == [0.06, 0.17, 0.065]
+    assert median_row(rows[:2])["id"] == "a"  # an even count keeps the lower one
+    step = median_round([{"total_s": 0.095}, {"total_s": 0.058}, {"total_s": 0.060}], "total_s")
+    assert step["total_s"] == 0.060 and step["rounds_total_s"] == [0.095, 0.058, 0.060]
+    with pytest.raises(ValueError):
+        median_round([], "total_s")
+
+
+def test_measure_all_runs_rounds_one_after_the_other_and_resumes(tmp_path, monkeypatch):
+    import real.measure
+    from validation.run import measure_all
+
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 10}, "measure": {"rounds": 3},
+            "sweeps": [{"model": ["mlp", "small_cnn"], "ranks": 2}]}
+    cfg = load_validation_config(_write(tmp_path, spec))
+    assert cfg.rounds == 3
+    times = iter([0.01, 0.02, 0.05, 0.02, 0.03, 0.03])
+    monkeypatch.setattr(real.measure, "measure_point", lambda spec, **kw: {"iteration_time_s": next(times)})
+    said: list[str] = []
+    measured = measure_all(cfg, remeasure=True, progress=said.append)
+    a, b = (p.id for p in cfg.points)
+    assert said == [f"round {r}/3 [{i}/2] measuring {p}" for r in (1, 2, 3) for i, p in ((1, a), (2, b))]
+    # a: 0.01, 0.05, 0.03 -> 0.03; b: 0.02, 0.02, 0.03 -> 0.02
+    assert measured[a]["row"]["iteration_time_s"] == 0.03
+    assert measured[a]["row"]["round_iteration_times_s"] == [0.01, 0.05, 0.03]
+    assert measured[b]["row"]["iteration_time_s"] == 0.02 and len(measured[b]["rounds"]) == 3
+    said.clear()
+    measure_all(cfg, remeasure=False, progress=said.append)  # every round cached: nothing measured
+    assert said == []
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"measure": {"rounds": 0}}, "measure.rounds"),
+    ({"calibration": {"step_rounds": 0}}, "calibration.step_rounds"),
+])
+def test_round_settings_are_checked(tmp_path, patch, field):
+    with pytest.raises(ConfigError) as err:
+        load_validation_config(_write(tmp_path, {**BASE, **patch}))
+    assert field in err.value.field

@@ -143,7 +143,7 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
                   colocated=tuple(settings.get("colocated", (1, 2, 4))), comm_ranks=tuple(settings.get("ranks", (2, 4))),
                   links=links, collectives=("allreduce", "allgather", "sendrecv"),
                   max_bytes=int(settings.get("max_bytes", 4 * 2**20)), iterations=int(settings.get("iterations", 8)),
-                  warmup=2, progress=progress)
+                  step_rounds=int(settings.get("step_rounds", 3)), warmup=2, progress=progress)
     if settings.get("framework_ranks") and (recalibrate or not (directory / FRAMEWORK_FILE).exists()):
         calibrate_framework(directory, tuple(settings["framework_ranks"]), progress=progress)
     if settings.get("codec_ranks") and (recalibrate or not (directory / CODECS_FILE).exists()):

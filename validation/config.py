@@ -19,8 +19,9 @@ from sim.errors import ConfigError, reject_unknown_keys, require_choice, require
 CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibration", "network",
                "batch_sizes", "defaults", "sweeps")
 THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
-MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations")
-CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "codec_ranks",
+MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations", "rounds")
+CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "step_rounds",
+                    "codec_ranks",
                     "codec_op_ranks",
                     "framework_ranks", "pipeline_ranks", "pipeline_micro_batch")
 NETWORK_KEYS = ("ranks", "links", "collectives", "min_bytes", "max_bytes", "iterations")
@@ -82,6 +83,9 @@ class ValidationConfig:
     min_time_s: float = 0.0
     """Each timed phase of a point runs at least this long (real/timing.py), up to max_iterations."""
     max_iterations: int = 0
+    rounds: int = 1
+    """Each point is measured in this many separate launches, all points of a round before the
+    next round (minutes apart); the launch with the median iteration time is compared."""
     calibration: dict[str, Any]
     network: dict[str, Any]
     points: tuple[Point, ...]
@@ -178,6 +182,8 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
     measure = _section(spec, "measure", MEASURE_KEYS)
     calibration = _section(spec, "calibration", CALIBRATION_KEYS)
     network = _section(spec, "network", NETWORK_KEYS)
+    if "step_rounds" in calibration:
+        require_positive("calibration.step_rounds", calibration["step_rounds"], integer=True)
     for link in _as_list(calibration.get("links", ["loopback"])) + _as_list(network.get("links", [])):
         require_choice("calibration.links/network.links", link, LINKS)
     for c in _as_list(network.get("collectives", [])):
@@ -203,6 +209,7 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
         min_time_s=float(require_positive("measure.min_time_s", measure.get("min_time_s", 0), allow_zero=True)),
         max_iterations=require_positive("measure.max_iterations", measure.get("max_iterations", 0), integer=True,
                                         allow_zero=True),
+        rounds=require_positive("measure.rounds", measure.get("rounds", 1), integer=True),
         calibration=calibration,
         network=network,
         points=tuple(points),

@@ -19,6 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank, the same for every k")
+    parser.add_argument("--step-rounds", type=int, default=3,
+                        help="separate launches of the whole-step profile per (model, k); the median one is kept")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
     for k in [*args.colocated, *args.ranks, args.threads]:
         require_positive("--colocated/--ranks", k, integer=True)
+    require_positive("--step-rounds", args.step_rounds, integer=True)
     if any(n < 2 for n in args.ranks):
         raise ConfigError("--ranks", args.ranks, "world sizes of at least 2")
     if args.models:
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = calibrate(args.out, models=args.models, colocated=tuple(args.colocated), comm_ranks=tuple(args.ranks),
                             links=links, max_bytes=args.max_bytes, iterations=args.iterations, timeout_s=args.timeout,
-                            threads=args.threads,
+                            threads=args.threads, step_rounds=args.step_rounds,
                             progress=lambda msg: print(f"calibrate: {msg}", file=sys.stderr))
     except RunFailed as err:
         print(f"scalebench calibrate: run failed: {err}", file=sys.stderr)
