@@ -306,3 +306,43 @@ def test_round_settings_are_checked(tmp_path, patch, field):
     with pytest.raises(ConfigError) as err:
         load_validation_config(_write(tmp_path, {**BASE, **patch}))
     assert field in err.value.field
+
+
+def test_median_per_size_takes_each_size_from_its_median_launch():
+    from real.calibrate import median_per_size
+
+    def launch(t1k, t1m):
+        return [{"collective": "allreduce", "size_bytes": 1024, "time_s": t1k},
+                {"collective": "allreduce", "size_bytes": 2**20, "time_s": t1m},
+                {"collective": "alltoall", "size_bytes": 1024, "error": "unsupported"}]
+
+    rows = median_per_size([launch(1.5e-3, 3.0e-3), launch(0.45e-3, 3.2e-3), launch(0.6e-3, 2.9e-3)])
+    by = {(r["collective"], r["size_bytes"]): r for r in rows}
+    assert by[("allreduce", 1024)]["time_s"] == 0.6e-3
+    assert by[("allreduce", 2**20)]["time_s"] == 3.0e-3
+    assert by[("allreduce", 1024)]["rounds_time_s"] == [1.5e-3, 0.45e-3, 0.6e-3]
+    assert "error" in by[("alltoall", 1024)] and len(rows) == 3
+
+
+def test_framework_overhead_is_the_residual_of_the_models_own_link(tmp_path):
+    """DDP step - local step - the simulator's allreduce of that gradient on the calibrated
+    loopback link; never negative; one rank subtracts nothing (it sends nothing)."""
+    from sim.calibration import load_calibration
+    from sim.cluster import Cluster
+    from validation.calib import calibrated_catalog, framework_overhead_s, predict_collective_s
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    (cal_dir / "framework.yaml").write_text(yaml.safe_dump({"world_sizes": {
+        1: {"ddp_step_s": 0.6e-3, "local_step_s": 0.4e-3, "gradient_bytes": 1088},
+        2: {"ddp_step_s": 2.7e-3, "local_step_s": 0.8e-3, "gradient_bytes": 1088},
+        4: {"ddp_step_s": 0.9e-3, "local_step_s": 0.8e-3, "gradient_bytes": 1088}}}))
+    cal = load_calibration(cal_dir)
+    catalog = calibrated_catalog(cal)
+    link = catalog.link("gloo_loopback_n2")
+    wire_s = predict_collective_s("allreduce", 1088, Cluster(nodes=1, gpus_per_node=2, gpu=catalog.gpu("cpu_local"),
+                                                             intra_link=link, inter_link=link))
+    assert wire_s > 0
+    assert framework_overhead_s(cal, 2) == pytest.approx(2.7e-3 - 0.8e-3 - wire_s)
+    assert framework_overhead_s(cal, 1) == pytest.approx(0.2e-3)
+    assert framework_overhead_s(cal, 4) == 0.0  # 0.1 ms left, less than the 4-rank allreduce: clipped

@@ -21,6 +21,7 @@ CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibratio
 THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
 MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations", "rounds")
 CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "step_rounds",
+                    "comm_rounds",
                     "codec_ranks",
                     "codec_op_ranks",
                     "framework_ranks", "pipeline_ranks", "pipeline_micro_batch")
@@ -182,8 +183,9 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
     measure = _section(spec, "measure", MEASURE_KEYS)
     calibration = _section(spec, "calibration", CALIBRATION_KEYS)
     network = _section(spec, "network", NETWORK_KEYS)
-    if "step_rounds" in calibration:
-        require_positive("calibration.step_rounds", calibration["step_rounds"], integer=True)
+    for key in ("step_rounds", "comm_rounds"):
+        if key in calibration:
+            require_positive(f"calibration.{key}", calibration[key], integer=True)
     for link in _as_list(calibration.get("links", ["loopback"])) + _as_list(network.get("links", [])):
         require_choice("calibration.links/network.links", link, LINKS)
     for c in _as_list(network.get("collectives", [])):

@@ -88,7 +88,7 @@ def _framework_overhead(job) -> list[dict[str, Any]]:
     t_ddp = _timed(step(ddp, opt_d), job["iterations"], job["warmup"])
     t_bare = _timed(lambda: torch.distributed.all_reduce(grad), job["iterations"], job["warmup"])
     return [{"local_step_s": t_local, "ddp_step_s": t_ddp, "bare_allreduce_s": t_bare,
-             "overhead_s": max(0.0, t_ddp - t_local - t_bare)}]
+             "overhead_s": max(0.0, t_ddp - t_local - t_bare), "gradient_bytes": grad.numel() * grad.element_size()}]
 
 
 def _rank_main(job_file: str) -> None:
@@ -198,25 +198,21 @@ def calibrate_codecs(directory: str | Path, ranks: tuple[int, ...] = (2,), progr
 FRAMEWORK_FILE = "framework.yaml"
 
 
-def calibrate_framework(directory: str | Path, ranks: tuple[int, ...] = (1, 2, 4), progress=print) -> dict[str, Any]:
-    """Per world size, DDP's per-iteration overhead on a one-layer model (``_framework_overhead``)."""
+def calibrate_framework(directory: str | Path, ranks: tuple[int, ...] = (1, 2, 4), rounds: int = 3,
+                        progress=print) -> dict[str, Any]:
+    """Per world size, DDP's per-iteration overhead on a one-layer model (``_framework_overhead``):
+    the launch (of ``rounds``) whose DDP step minus local step is the median."""
+    from real.calibrate import median_round
+
     data: dict[str, Any] = {"form": _framework_overhead.__doc__, "world_sizes": {}}
     for n in ranks:
         progress(f"framework overhead: DDP step of a one-layer model on {n} rank(s)")
-        data["world_sizes"][n] = measure_codec_sums(n, iterations=30, warmup=5, kind="framework")[0]
+        launches = [measure_codec_sums(n, iterations=30, warmup=5, kind="framework")[0] for _ in range(rounds)]
+        for entry in launches:
+            entry["ddp_minus_local_s"] = entry["ddp_step_s"] - entry["local_step_s"]
+        data["world_sizes"][n] = median_round(launches, "ddp_minus_local_s")
     atomic_write_text(Path(directory) / FRAMEWORK_FILE, yaml.safe_dump(data, sort_keys=False))
     return data
-
-
-def framework_overhead_s(cal_dir: str | Path, ranks: int) -> float:
-    """The calibrated DDP overhead per iteration at the nearest measured world size (0 if none)."""
-    path = Path(cal_dir) / FRAMEWORK_FILE
-    if not path.exists():
-        return 0.0
-    sizes = {int(k): v for k, v in (yaml.safe_load(path.read_text()) or {}).get("world_sizes", {}).items()}
-    if not sizes:
-        return 0.0
-    return float(sizes[min(sizes, key=lambda k: (abs(k - ranks), -k))]["overhead_s"])
 
 
 def reduce_ns_for(cal_dir: str | Path, dtype: str, ranks: int) -> float | None:

@@ -21,10 +21,10 @@ from sim.costs.pipeline import busy_stages
 from sim.engine.pipeline_plan import stage_bounds
 from sim.errors import ConfigError
 from sim.workload import Layer
-from validation.calib import fitted_ranks, link_for
+from validation.calib import fitted_ranks, framework_overhead_s, link_for
 from validation.codec_bench import codec_ops_for
 from validation.config import Point
-from validation.microbench import framework_overhead_s, reduce_ns_for
+from validation.microbench import reduce_ns_for
 from validation.pipeline_bench import micro_batch_calibration, pipeline_overhead_for
 
 CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
@@ -117,7 +117,7 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     except ConfigError:
         scenario = apply_coarse_calibration(scenario, cal)
     if point.strategy == "ddp":
-        scenario = with_framework_overhead(scenario, framework_overhead_s(cal.path, point.ranks))
+        scenario = with_framework_overhead(scenario, framework_overhead_s(cal, point.ranks))
     return scenario
 
 
