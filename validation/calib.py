@@ -159,7 +159,8 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
         calibrate_codec_ops(directory, tuple(settings["codec_op_ranks"]), progress=progress)
     if settings.get("pipeline_ranks") and (recalibrate or not (directory / PIPELINE_FILE).exists()):
         calibrate_pipeline(directory, tuple(settings["pipeline_ranks"]),
-                           micro_batches=dict(settings.get("pipeline_micro_batch") or {}), progress=progress)
+                           micro_batches=dict(settings.get("pipeline_micro_batch") or {}),
+                           rounds=int(settings.get("step_rounds", 3)), progress=progress)
     return load_calibration(directory)
 
 

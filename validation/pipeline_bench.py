@@ -142,23 +142,32 @@ def overhead_per_pass_s(row: dict[str, Any], link_name: str, catalog, device_nam
     return (lo + hi) / 2
 
 
-def profile_micro_batches(models: dict[str, int], ranks: tuple[int, ...], progress=print) -> dict[str, Any]:
+def profile_micro_batches(models: dict[str, int], ranks: tuple[int, ...], rounds: int = 3,
+                          progress=print) -> dict[str, Any]:
     """Per-layer times at a micro-batch size (``{model: micro_batch}``), alone and with k
-    co-located ranks, in device.yaml's ``workloads`` form (real/calibrate.py's own profile)."""
-    from real.calibrate import _layer_entry, profile_colocated
+    co-located ranks, in device.yaml's ``workloads`` form (real/calibrate.py's own profile).
+    Each k is profiled in ``rounds`` separate launches and the launch whose layers sum to the
+    median is kept (``median_round``): these profiles set the pipeline points' absolute compute,
+    and one launch of them moved ~30% between calibrations."""
+    from real.calibrate import _layer_entry, median_round, profile_colocated
 
     out: dict[str, Any] = {}
     for model, batch in models.items():
         profiles = {}
         for k in sorted(set(ranks) | {1}):
-            progress(f"pipeline micro-batch: {model} layers at batch {batch}, {k} co-located rank(s)")
-            profiles[k] = profile_colocated([model], {model: batch}, k, iterations=20, warmup=3, timeout_s=120)[0]
+            launches = []
+            for r in range(rounds):
+                progress(f"pipeline micro-batch: {model} layers at batch {batch}, {k} co-located rank(s), "
+                         f"round {r + 1}/{rounds}")
+                prof = profile_colocated([model], {model: batch}, k, iterations=20, warmup=3, timeout_s=120)[0]
+                launches.append({**prof, "layers_s": sum(prof["fwd_s"]) + sum(prof["bwd_s"])})
+            profiles[k] = median_round(launches, "layers_s")
         out[model] = {batch: _layer_entry(model, profiles)}
     return out
 
 
 def calibrate_pipeline(directory: str | Path, ranks: tuple[int, ...] = (2, 4), micro_batches: dict[str, int] | None = None,
-                       progress=print) -> dict[str, Any]:
+                       rounds: int = 3, progress=print) -> dict[str, Any]:
     """Per p in ``ranks``: the benchmark's rows and o (the median over m), into pipeline.yaml;
     with ``micro_batches`` ({model: micro-batch size}) also those models' per-layer profiles at
     that size (``workloads``), for ``micro_batch_calibration``. Needs the calibration's device and
@@ -170,7 +179,7 @@ def calibrate_pipeline(directory: str | Path, ranks: tuple[int, ...] = (2, 4), m
     catalog = calibrated_catalog(cal)
     data: dict[str, Any] = {"form": __doc__.split("\n\n")[1] if __doc__ else "", "world_sizes": {}}
     if micro_batches:
-        data["workloads"] = profile_micro_batches(micro_batches, tuple(sorted({1, *ranks})), progress)
+        data["workloads"] = profile_micro_batches(micro_batches, tuple(sorted({1, *ranks})), rounds, progress)
     for p in ranks:
         progress(f"pipeline overhead: GPipe over {p} one-layer stages on {p} ranks")
         link = link_for(cal, "loopback", p, "sendrecv")
