@@ -120,6 +120,25 @@ def layer_times_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1)
     return list(entry["layers"]), fwd, bwd
 
 
+def step_scale(cal: Calibration, model: str, batch_size: int, ranks: int) -> tuple[float, float] | None:
+    """(forward, backward) factors that take the per-layer profile with ``ranks`` co-located to
+    the measured whole step at the calibrated batch nearest ``batch_size`` (what ``layer_times_s``
+    applies): step forward / sum of the layers' forward, likewise backward. None where the step
+    or the profile at this k was not measured. A model-specific ratio (small_cnn on 2 ranks: its
+    step's backward is 0.68 of the detached layers' sum; small_transformer's step is 1.2-1.3x its
+    layers with the loss), so it carries to other batch sizes of the same model and k better than
+    the raw profile does."""
+    entry, _ = _workload_entry(cal, model, batch_size)
+    per_k = {int(k): v for k, v in (entry.get("colocated") or {}).items()}
+    step = step_times(cal, model, batch_size, ranks)
+    if step is None or ranks not in per_k:
+        return None
+    fwd, bwd = sum(per_k[ranks]["fwd_s"]), sum(per_k[ranks]["bwd_s"])
+    if fwd <= 0 or bwd <= 0:
+        return None
+    return step["fwd_s"] / fwd, step["bwd_s"] / bwd
+
+
 def optimizer_time_s(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> float | None:
     """The measured optimizer step with ``ranks`` co-located (independent of the batch), if any."""
     step = step_times(cal, model, batch_size, ranks)

@@ -208,3 +208,41 @@ def test_pipeline_point_takes_micro_batch_profiles_at_the_busy_stage_count(tmp_p
     assert plan.stages[0].bwd_s == pytest.approx(4.0 * factor + o)
     assert plan.stages[1].fwd_s == pytest.approx(0.3 * factor + o)
     assert plan.stages[1].bwd_s == pytest.approx((0.6 + 0.5) * factor + o)  # the loss: 0.5 alone, slowed alike
+
+
+def test_pipeline_micro_batch_profile_is_scaled_like_the_full_batch_profile_to_its_step(tmp_path):
+    """With the whole step measured at the full batch, the raw micro-batch profile is scaled by
+    step / profile (forward and backward apart) from a k whose step ran with the profile's
+    threads per rank (the 2-thread 1-rank step is not used for one-thread stages); that step
+    holds the loss, so no loss residual is added."""
+    from validation.pipeline_bench import PIPELINE_FILE
+    from validation.points import pipeline_calibrated, stage_step_scale
+
+    names = ["0", "3", "6", "10", "12"]
+
+    def prof(scale, fwd, bwd, rest):
+        f, b = [scale * t for t in fwd], [scale * t for t in bwd]
+        return {"fwd_s": f, "bwd_s": b, "iteration_wall_s": sum(f) + sum(b) + rest, "threads_per_rank": 1}
+
+    fwd, bwd = [1.0, 1.0, 0.1, 0.1, 0.1], [2.0, 2.0, 0.2, 0.2, 0.2]
+    micro = {"layers": names, "colocated": {1: prof(1.0, fwd, bwd, 0.5), 2: prof(1.5, fwd, bwd, 9.0)}}
+    f_sum, b_sum = 40.0 * sum(fwd), 40.0 * sum(bwd)
+
+    def step(rf, rb, threads):
+        return {"fwd_s": rf * f_sum, "bwd_s": rb * b_sum, "opt_s": 0.0, "total_s": rf * f_sum + rb * b_sum,
+                "threads": threads}
+
+    full = {"layers": names, "colocated": {1: prof(40.0, fwd, bwd, 0.0), 2: prof(40.0, fwd, bwd, 0.0)},
+            "steps": {1: step(0.1, 0.1, 2), 2: step(0.5, 0.8, 1)}}
+    o = 1e-3
+    (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {2: {"overhead_per_pass_s": o}},
+                                                          "workloads": {"small_cnn": {8: micro}}}))
+    cal = Calibration(path=tmp_path, device={"workloads": {"small_cnn": {32: full}}}, links={})
+    assert stage_step_scale(cal, "small_cnn", 32, 1) == pytest.approx((0.5, 0.8))  # k = 2's, same threads
+    plan = build_pipeline_plan(pipeline_calibrated(_scenario("small_cnn", 2, "flops", micro_batches=4), cal))
+    assert [st.layers for st in plan.stages] == [(0, 2), (2, 5)]
+    w0, w1 = 2.0 * 0.5 + 4.0 * 0.8, 0.3 * 0.5 + 0.6 * 0.8
+    factor = 1.0 + 0.5 * ((w0 + w1) / w0 - 1.0)
+    assert plan.stages[0].fwd_s == pytest.approx(2.0 * 0.5 * factor + o)
+    assert plan.stages[0].bwd_s == pytest.approx(4.0 * 0.8 * factor + o)
+    assert plan.stages[1].bwd_s == pytest.approx(0.6 * 0.8 * factor + o)  # no loss residual on top

@@ -12,7 +12,14 @@ import importlib.util
 from dataclasses import replace
 from typing import Any
 
-from sim.calibration import Calibration, apply_calibration, layer_times_s, optimizer_time_s
+from sim.calibration import (
+    Calibration,
+    apply_calibration,
+    layer_times_s,
+    optimizer_time_s,
+    step_scale,
+    step_times,
+)
 from sim.catalog import Catalog, Link
 from sim.codecs import CODECS, default_path
 from sim.config import scenario_from_dict
@@ -140,7 +147,13 @@ def pipeline_calibrated(scenario, cal: Calibration):
         except ConfigError:
             micro = apply_coarse_calibration(micro, mcal)
         times = [(layer.fwd_time_s, layer.bwd_time_s) for layer in micro.workload.layers]
-        # the loss and its gradient (the profile's iteration beyond its layers) follow the last layer
+        to_step = stage_step_scale(cal, w.name, w.batch_size, k)
+        if to_step is not None and step_times(mcal, w.name, w.batch_size // m, k) is None:
+            # the micro-batch profile is raw (no whole step at that batch): scale it as the full
+            # batch's profile is scaled to its measured step, which holds the loss and its gradient
+            return [(f * to_step[0], b * to_step[1]) for f, b in times]
+        # no whole step measured: the loss and its gradient (the profile's iteration beyond its
+        # layers) follow the last layer
         f, b = times[-1]
         times[-1] = (f, b + loss_residual_s(mcal, w.name, w.batch_size // m, k))
         return times
@@ -160,6 +173,24 @@ def pipeline_calibrated(scenario, cal: Calibration):
     # own parameters: the plan takes it pro rata), at the busy-stage count's upper bracket
     opt_s = optimizer_time_s(cal, w.name, w.batch_size, hi_k)
     return replace(scenario, workload=replace(w, layers=layers, optimizer_time_s=opt_s), strategy=strategy)
+
+
+def stage_step_scale(cal: Calibration, model: str, batch_size: int, ranks: int) -> tuple[float, float] | None:
+    """``step_scale`` for a pipeline stage with ``ranks`` busy co-located stages: from the measured
+    k nearest ``ranks`` (ties to the larger) whose whole step ran with the threads per rank of
+    its layer profile. A pipeline rank runs cores // p threads (1 here), while the 1-rank step
+    ran with all cores (2 threads: small_cnn's step is 0.45x its one-thread layers), which no
+    stage gets even when the other stages idle."""
+    entries = {int(b): e for b, e in ((cal.device.get("workloads") or {}).get(model) or {}).items()}
+    if not entries:
+        return None
+    entry = entries[min(entries, key=lambda b: (abs(b - batch_size), b))]
+    steps = {int(k): v for k, v in (entry.get("steps") or {}).items()}
+    prof = {int(k): v for k, v in (entry.get("colocated") or {}).items()}
+    same = [k for k in steps if k in prof and int(steps[k].get("threads", 0)) == int(prof[k].get("threads_per_rank", -1))]
+    if not same:
+        return None
+    return step_scale(cal, model, batch_size, min(same, key=lambda k: (abs(k - ranks), -k)))
 
 
 def loss_residual_s(cal: Calibration, model: str, batch_size: int, ranks: int) -> float:
