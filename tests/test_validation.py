@@ -324,6 +324,27 @@ def test_median_per_size_takes_each_size_from_its_median_launch():
     assert "error" in by[("alltoall", 1024)] and len(rows) == 3
 
 
+def test_pipeline_micro_batch_profiles_keep_the_median_launch_per_k(monkeypatch):
+    import real.calibrate
+    from validation.pipeline_bench import profile_micro_batches
+
+    sums = {1: iter([0.030, 0.010, 0.012]), 2: iter([0.020, 0.090, 0.025])}  # one slow launch each
+    calls: list[int] = []
+
+    def fake_profile(models, batches, k, **kw):
+        calls.append(k)
+        t = next(sums[k])
+        return [{"fwd_s": [t / 4, t / 4], "bwd_s": [t / 2, 0.0], "k": k}]
+
+    monkeypatch.setattr(real.calibrate, "profile_colocated", fake_profile)
+    monkeypatch.setattr(real.calibrate, "_layer_entry", lambda model, profiles: profiles)
+    out = profile_micro_batches({"small_cnn": 8}, (2,), rounds=3, progress=lambda _: None)
+    kept = out["small_cnn"][8]
+    assert calls == [1, 1, 1, 2, 2, 2]
+    assert kept[1]["layers_s"] == pytest.approx(0.012) and kept[2]["layers_s"] == pytest.approx(0.025)
+    assert kept[2]["rounds_layers_s"] == pytest.approx([0.020, 0.090, 0.025])
+
+
 def test_framework_overhead_is_the_residual_of_the_models_own_link(tmp_path):
     """DDP step - local step - the simulator's allreduce of that gradient on the calibrated
     loopback link; never negative; one rank subtracts nothing (it sends nothing)."""

@@ -59,9 +59,11 @@ def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterat
 
 
 def _framework_overhead(job) -> list[dict[str, Any]]:
-    """One DDP training step of a one-layer model (Linear 16x16, batch 8) minus the same step
-    without DDP minus a bare allreduce of its gradient: what DDP's machinery (hooks, bucket
-    copies, the hand-off to gloo's threads) adds per iteration beyond compute and the wire."""
+    """One DDP training step of a one-layer model (Linear 16x16, batch 8), the same step without
+    DDP, and a bare allreduce of its gradient. The simulator's DDP overhead (hooks, bucket copies,
+    the hand-off to gloo's threads) is ddp_step_s - local_step_s - its own predicted allreduce of
+    gradient_bytes (validation.calib.framework_overhead_s); overhead_s (minus the bare allreduce
+    timed here) is kept for reference only."""
     import copy
 
     import torch
