@@ -89,7 +89,6 @@ def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from real.worker import exit_skipping_teardown
+
+    exit_skipping_teardown(main())

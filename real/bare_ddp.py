@@ -13,7 +13,6 @@ other processes' bursts).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -63,9 +62,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = main(sys.argv)
-    sys.stdout.flush()
-    os._exit(code)
+    from real.worker import exit_skipping_teardown
+
+    exit_skipping_teardown(main(sys.argv))
 
 
 def run_interleaved(ctx) -> dict:

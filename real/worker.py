@@ -169,12 +169,18 @@ def _dispatch(ctx: Context) -> dict[str, Any] | None:
     raise ValueError(f"unknown job kind {kind!r}")
 
 
-def main(argv: list[str]) -> None:
-    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    status = run_job(job)
+def exit_skipping_teardown(status: int) -> None:
+    """Flush and end the rank process without the interpreter's teardown: objects still holding
+    gloo threads (a DDP reducer, a process group) abort it at exit now and then ("terminate called
+    without an active exception", DESIGN.md), which turned finished runs into failed ones."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(status)  # skip interpreter teardown of gloo threads (the abort at exit)
+    os._exit(status)
+
+
+def main(argv: list[str]) -> None:
+    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    exit_skipping_teardown(run_job(job))
 
 
 if __name__ == "__main__":
