@@ -74,14 +74,23 @@ def colocation_slowdown(cal: Calibration, ranks: int) -> float:
     return measured[lo] + (measured[hi] - measured[lo]) * (ranks - lo) / (hi - lo)
 
 
-def _workload_entry(cal: Calibration, model: str, batch_size: int) -> tuple[dict[str, Any], float]:
-    """(the calibrated entry at the nearest measured batch, batch_size / that batch)."""
-    workloads = cal.device.get("workloads") or {}
-    if model not in workloads:
-        raise ConfigError("calibration.workload", model, sorted(workloads) or "a calibrated workload (none in this file)")
-    batches = {int(b): entry for b, entry in workloads[model].items()}
+def workload_entry(cal: Calibration, model: str, batch_size: int) -> tuple[dict[str, Any], float] | None:
+    """(the calibrated entry at the nearest measured batch, batch_size / that batch); None where
+    ``model`` was not calibrated."""
+    batches = {int(b): entry for b, entry in ((cal.device.get("workloads") or {}).get(model) or {}).items()}
+    if not batches:
+        return None
     nearest = min(batches, key=lambda b: (abs(b - batch_size), b))
     return batches[nearest], batch_size / nearest
+
+
+def _workload_entry(cal: Calibration, model: str, batch_size: int) -> tuple[dict[str, Any], float]:
+    """``workload_entry``, or a one-line error naming the calibrated workloads."""
+    found = workload_entry(cal, model, batch_size)
+    if found is None:
+        workloads = cal.device.get("workloads") or {}
+        raise ConfigError("calibration.workload", model, sorted(workloads) or "a calibrated workload (none in this file)")
+    return found
 
 
 def step_times(cal: Calibration, model: str, batch_size: int, ranks: int = 1) -> dict[str, float] | None:

@@ -19,6 +19,7 @@ from sim.calibration import (
     optimizer_time_s,
     step_scale,
     step_times,
+    workload_entry,
 )
 from sim.catalog import Catalog, Link
 from sim.codecs import CODECS, default_path
@@ -181,10 +182,10 @@ def stage_step_scale(cal: Calibration, model: str, batch_size: int, ranks: int) 
     its layer profile. A pipeline rank runs cores // p threads (1 here), while the 1-rank step
     ran with all cores (2 threads: small_cnn's step is 0.45x its one-thread layers), which no
     stage gets even when the other stages idle."""
-    entries = {int(b): e for b, e in ((cal.device.get("workloads") or {}).get(model) or {}).items()}
-    if not entries:
+    found = workload_entry(cal, model, batch_size)
+    if found is None:
         return None
-    entry = entries[min(entries, key=lambda b: (abs(b - batch_size), b))]
+    entry = found[0]
     steps = {int(k): v for k, v in (entry.get("steps") or {}).items()}
     prof = {int(k): v for k, v in (entry.get("colocated") or {}).items()}
     same = [k for k in steps if k in prof and int(steps[k].get("threads", 0)) == int(prof[k].get("threads_per_rank", -1))]
@@ -198,11 +199,11 @@ def loss_residual_s(cal: Calibration, model: str, batch_size: int, ranks: int) -
     layers' forward and backward, taken alone (k = 1: with k ranks on 2 cores the wall time also
     holds waits for a core) and slowed like the layers at ``ranks`` (sum at k / sum alone); at the
     nearest profiled batch, scaled linearly; 0 where the profile lacks it."""
-    entries = {int(b): e for b, e in ((cal.device.get("workloads") or {}).get(model) or {}).items()}
-    if not entries:
+    found = workload_entry(cal, model, batch_size)
+    if found is None:
         return 0.0
-    nearest = min(entries, key=lambda b: (abs(b - batch_size), b))
-    prof = {int(k): v for k, v in (entries[nearest].get("colocated") or {}).items()}
+    entry, batch_scale = found
+    prof = {int(k): v for k, v in (entry.get("colocated") or {}).items()}
     alone = prof.get(1)
     if not alone or "iteration_wall_s" not in alone:
         return 0.0
@@ -210,7 +211,7 @@ def loss_residual_s(cal: Calibration, model: str, batch_size: int, ranks: int) -
     rest = max(0.0, float(alone["iteration_wall_s"]) - layers_alone)
     near_k = prof.get(ranks) or alone
     slowdown = (sum(near_k["fwd_s"]) + sum(near_k["bwd_s"])) / layers_alone if layers_alone > 0 else 1.0
-    return rest * slowdown * batch_size / nearest
+    return rest * slowdown * batch_scale
 
 
 def colocated_ks(cal: Calibration, model: str) -> list[int]:
