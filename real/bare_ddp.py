@@ -19,6 +19,9 @@ import time
 
 
 def main(argv: list[str]) -> int:
+    from real.binding import bind_from_env
+
+    bind_from_env(int(argv[5]))
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP

@@ -162,7 +162,8 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
         raw = launch(job, nproc, timeout_s=timeout_s, deadline_s=deadline_s)
     from real.steal import steal_columns
 
-    env = {**environment_columns(backend=backend, link=link, topology=topology, threads=None), **steal_columns(raw)}
+    env = {**environment_columns(backend=backend, link=link, topology=topology, threads=None,
+                                     cpu_binding=raw.get("cpu_binding")), **steal_columns(raw)}
     return [{**row, **env, "source": "real"} for row in raw["rows"] if "time_s" in row] + \
            [{**row, **env, "wrong": -1} for row in raw["rows"] if "error" in row]
 

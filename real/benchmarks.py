@@ -10,10 +10,12 @@
    work (real/bare_ddp.py), alternated ``rounds`` times, medians compared (target: within 3 %);
    then both in the same two processes, alternating blocks of 5 steps, so that the load other
    work puts on the machine drifts out of the comparison.
-   Both start each rank in a session of its own: with the kernel's scheduler autogroups on
-   (/proc/sys/kernel/sched_autogroup_enabled), a session is one CPU-share group, so ranks that
-   share their parent's session get less CPU than the harness' ranks when other work loads the
-   machine (measured here: bare loop 40 % slower in wall time at the same CPU time).
+   Both start their ranks alike, each a process group of its own in the launcher's session:
+   with the kernel's scheduler autogroups on (/proc/sys/kernel/sched_autogroup_enabled) a
+   session is one CPU-share group, so ranks started differently get different CPU shares when
+   other work loads the machine (measured here: bare loop 40 % slower in wall time at the same
+   CPU time while its ranks shared a session the harness' did not); real/launch.py says why
+   one session for all ranks.
 Timings on shared machines are noisy: say what else was running next to the figures.
 """
 
@@ -50,7 +52,7 @@ def bare_ddp_time_s(model: str, batch: int, iterations: int, warmup: int, thread
                                    str(warmup), str(threads), str(out)],
                                   env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(nproc),
                                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
-                                  start_new_session=True)  # as the harness starts its ranks (see below)
+                                  process_group=0)  # as the harness starts its ranks (see below)
                  for r in range(nproc)]
         codes = [p.wait(timeout=600) for p in procs]
         if any(codes):

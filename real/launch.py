@@ -10,6 +10,13 @@ launcher's watchdog ends the run when
 - the whole run passes ``deadline_s``.
 
 Rank 0 writes its result atomically to ``out`` (JSON); nothing else is written.
+
+Every rank is a process group of its own (a kill reaches it and whatever it started) in the
+launcher's session, and is bound to its cores (real/binding.py). Not a session of its own: with
+the scheduler's autogroups on (/proc/sys/kernel/sched_autogroup_enabled) every session is a
+CPU-share group, and a rank woken on a core another rank's group holds waits for that group's
+slice. Measured here, 4 bound ranks on 2 cores, a 1 KiB allreduce: 3.1-3.4 ms with a session per
+rank (as torchrun starts them), 1.05 ms with all ranks in one session; 2 ranks: 0.20 ms either way.
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ def _launch_once(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_
                 log = open(work / f"rank{rank}.log", "w+b")  # noqa: SIM115 - closed in finally
                 logs.append(log)
                 procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                              start_new_session=True))
+                                              process_group=0))  # the launcher's session: see above
             if on_started is not None:
                 on_started([p.pid for p in procs])
             _watch(procs, work, timeout_s, deadline_s)

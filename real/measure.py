@@ -54,7 +54,8 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
     timed = len(raw["ranks"][0].get("iteration", [])) or iterations
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
                 "iterations": timed, "warmup": warmup})
-    row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads")))
+    row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads"),
+                                   cpu_binding=raw.get("cpu_binding")))
     row.update(steal_columns(raw))
     return row
 

@@ -64,7 +64,10 @@ def git_revision() -> str:
         return "unknown"
 
 
-def environment_columns(*, backend: str, link: str | None, topology: str, threads: int | None) -> dict[str, Any]:
+def environment_columns(*, backend: str, link: str | None, topology: str, threads: int | None,
+                        cpu_binding: str | None = None) -> dict[str, Any]:
+    """The columns that say where and how a row was measured; ``cpu_binding`` is the ranks' CPUs
+    as the launch reported them (real/binding.py; "" where not known, e.g. under torchrun)."""
     import os
 
     import torch
@@ -77,6 +80,7 @@ def environment_columns(*, backend: str, link: str | None, topology: str, thread
         "cpu_count": os.cpu_count(),
         "gpu_model": gpu,
         "threads_per_rank": threads,
+        "cpu_binding": cpu_binding or "",
         "link": link or "loopback",
         "topology": topology if link else "",
         "link_note": NO_LATENCY_NOTE if link else "unshaped loopback",

@@ -36,6 +36,8 @@ class Context:
     job: dict[str, Any]
     heartbeat_file: Path | None = None
     last_beat: float = field(default_factory=time.monotonic)
+    cpu_binding: str | None = None
+    """Every local rank's CPUs ("rank:cpus ...", real/binding.py); None when unbound."""
 
     def beat(self) -> None:
         """Mark progress (call once per step): feeds both watchdogs."""
@@ -82,6 +84,9 @@ def run_job(job: dict[str, Any]) -> int:
     ctx = Context(rank=int(env["RANK"]), world=int(env["WORLD_SIZE"]),
                   local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
                   local_world=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])), job=job)
+    from real.binding import bind_rank
+
+    ctx.cpu_binding = bind_rank(ctx.local_rank, ctx.local_world, _threads(ctx))  # before any thread starts
     if job.get("heartbeat_dir"):
         ctx.heartbeat_file = Path(job["heartbeat_dir"]) / f"heartbeat{ctx.rank}"
     ctx.beat()
@@ -105,6 +110,8 @@ def run_job(job: dict[str, Any]) -> int:
             _shape_per_link(ctx)
         result = _dispatch(ctx)
         ctx.beat()
+        if isinstance(result, dict):
+            result["cpu_binding"] = ctx.cpu_binding or "unbound"
         if ctx.rank == 0 and job.get("out"):
             from scalebench.fileio import atomic_write_json
 
@@ -158,6 +165,13 @@ def _dispatch(ctx: Context) -> dict[str, Any] | None:
         from real.bare_ddp import run_interleaved
 
         return run_interleaved(ctx)
+    if kind == "affinity_probe":  # tests: what each rank is really bound to
+        import torch.distributed as dist
+
+        mine = {"cpus": sorted(os.sched_getaffinity(0)), "omp": os.environ.get("OMP_PROC_BIND", "")}
+        every: list[Any] = [None] * ctx.world
+        dist.all_gather_object(every, mine)
+        return {"affinities": [e["cpus"] for e in every], "omp_proc_bind": every[0]["omp"]}
     if kind == "grad_check":
         from real.strategies.hooks import run_grad_check
 

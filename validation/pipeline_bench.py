@@ -38,11 +38,15 @@ MICRO_BATCHES = (2, 4, 8)
 
 
 def _rank_main(job_file: str) -> None:
+    from real.binding import bind_from_env
+
+    threads = max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"]))
+    bind_from_env(threads)
     import torch
     import torch.distributed as dist
 
     job = json.loads(Path(job_file).read_text())
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"])))
+    torch.set_num_threads(threads)
     dist.init_process_group("gloo")
     rank, p = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
