@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from real.binding import describe, rank_cpus
+from real.binding import describe, rank_cpus, worth_binding
 
 
 def test_this_machines_layouts():
@@ -40,3 +40,9 @@ def test_every_rank_gets_its_threads_and_the_load_is_even(cpus, ranks, threads):
 def test_bad_input_is_refused(rank, world, cpus):
     with pytest.raises(ValueError):
         rank_cpus(rank, world, 1, cpus)
+
+
+def test_binding_only_where_it_pays():
+    assert worth_binding(1, 2, 2)  # one rank, two OpenMP threads
+    assert worth_binding(4, 1, 2)  # ranks share CPUs
+    assert not worth_binding(2, 1, 2)  # one single-threaded rank per CPU

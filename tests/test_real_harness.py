@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from real.binding import BIND_ENV, describe, rank_cpus  # noqa: E402
+from real.binding import BIND_ENV, describe, rank_cpus, worth_binding  # noqa: E402
 from real.launch import RunFailed  # noqa: E402
 from real.measure import measure_point, metrics_from_ranks, run_spec  # noqa: E402
 from real.seed_mlp import SEED_SPEC, data_parallel_losses, reference_losses  # noqa: E402
@@ -84,23 +84,26 @@ def test_measure_point_row_and_environment():
     assert row["source"] == "real" and row["backend"] == "gloo" and row["link"] == "loopback"
     assert row["torch_version"] == torch.__version__ and row["git_revision"]
     assert row["buckets"] >= 2  # a 1 KiB bucket cap splits the mlp's 2.4 KiB of gradients
-    # each rank bound to its own core(s), as real/binding.py maps them from this machine's CPUs
-    threads = max(1, (os.cpu_count() or 1) // 2)
-    assert row["cpu_binding"] == describe(2, threads, sorted(os.sched_getaffinity(0)))
+    # bound as real/binding.py maps this machine's CPUs (on 2 CPUs: one single-thread rank per
+    # CPU, which stays unbound)
+    threads, cpus = max(1, (os.cpu_count() or 1) // 2), sorted(os.sched_getaffinity(0))
+    expected = describe(2, threads, cpus) if worth_binding(2, threads, len(cpus)) else "unbound"
+    assert row["cpu_binding"] == expected
 
 
 def test_ranks_run_on_the_cpus_they_report(monkeypatch):
     """Each launched rank's own affinity is what the map says (not only the map)."""
     from real.launch import launch
 
-    job = {"kind": "affinity_probe", "backend": "gloo", "threads": 1}
-    out = launch(job, 2, timeout_s=30, deadline_s=90)
     allowed = sorted(os.sched_getaffinity(0))
-    assert out["affinities"] == [rank_cpus(r, 2, 1, allowed) for r in range(2)]
+    ranks = len(allowed) + 1  # more ranks than CPUs: bound
+    job = {"kind": "affinity_probe", "backend": "gloo", "threads": 1}
+    out = launch(job, ranks, timeout_s=60, deadline_s=120)
+    assert out["affinities"] == [rank_cpus(r, ranks, 1, allowed) for r in range(ranks)]
     assert out["omp_proc_bind"] == "true"
     monkeypatch.setenv(BIND_ENV, "0")
-    free = launch(job, 2, timeout_s=30, deadline_s=90)
-    assert free["affinities"] == [allowed, allowed] and free["cpu_binding"] == "unbound"
+    free = launch(job, ranks, timeout_s=60, deadline_s=120)
+    assert free["affinities"] == [allowed] * ranks and free["cpu_binding"] == "unbound"
 
 
 def test_killed_rank_stops_everyone_within_the_timeout():
