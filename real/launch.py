@@ -12,10 +12,10 @@ launcher's watchdog ends the run when
 Rank 0 writes its result atomically to ``out`` (JSON); nothing else is written.
 
 Every rank is a process group of its own (a kill reaches it and whatever it started) in the
-launcher's session, and is bound to its cores (real/binding.py). Not a session of its own: with
-the scheduler's autogroups on (/proc/sys/kernel/sched_autogroup_enabled) every session is a
-CPU-share group, and a rank woken on a core another rank's group holds waits for that group's
-slice. Measured here, 4 bound ranks on 2 cores, a 1 KiB allreduce: 3.1-3.4 ms with a session per
+launcher's session, and binds itself to its cores where that pays (real/binding.py). Not a
+session of its own: with the scheduler's autogroups on (/proc/sys/kernel/sched_autogroup_enabled)
+every session is a CPU-share group, and a rank woken on a core another rank's group holds waits
+for that group's slice. Measured here, 4 bound ranks on 2 cores, a 1 KiB allreduce: 3.1-3.4 ms with a session per
 rank (as torchrun starts them), 1.05 ms with all ranks in one session; 2 ranks: 0.20 ms either way.
 """
 

@@ -75,7 +75,9 @@ def _start_watchdog(ctx: Context) -> None:
 
 def _threads(ctx: Context) -> int:
     wanted = int(ctx.job.get("threads", 0) or 0)
-    return wanted or max(1, (os.cpu_count() or 1) // ctx.local_world)
+    from sim.costs.colocation import threads_per_rank
+
+    return wanted or threads_per_rank(os.cpu_count() or 1, ctx.local_world)
 
 
 def run_job(job: dict[str, Any]) -> int:

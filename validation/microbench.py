@@ -95,8 +95,9 @@ def _framework_overhead(job) -> list[dict[str, Any]]:
 
 def _rank_main(job_file: str) -> None:
     from real.binding import bind_from_env
+    from sim.costs.colocation import threads_per_rank
 
-    threads = max(1, (os.cpu_count() or 1) // int(os.environ["WORLD_SIZE"]))
+    threads = threads_per_rank(os.cpu_count() or 1, int(os.environ["WORLD_SIZE"]))
     bind_from_env(threads)
     import torch
     import torch.distributed as dist
