@@ -88,6 +88,19 @@ def _op(name: str, n: int, rank: int, size: int, device=None):
     raise ValueError(name)
 
 
+BURST_DIM = 64
+"""The compute burst's matrix: 64 x 64 fp32 matmuls, a few microseconds each, in a loop."""
+
+
+def compute_burst(seconds: float, matrix) -> None:
+    """Every rank computes for ``seconds`` (matmuls on its own thread) before a timed collective."""
+    import torch
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        torch.mm(matrix, matrix)
+
+
 def run_comm_bench(ctx) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
@@ -97,6 +110,8 @@ def run_comm_bench(ctx) -> dict[str, Any]:
 
     job = ctx.job
     n, rank = ctx.world, ctx.rank
+    busy_s = float(job.get("busy_s", 0.0) or 0.0)
+    burst = torch.randn(BURST_DIM, BURST_DIM)
     rows = []
     for name in job["collectives"]:
         for size in sizes_bytes(job.get("min_bytes", KIB), job["max_bytes"]):
@@ -113,6 +128,8 @@ def run_comm_bench(ctx) -> dict[str, Any]:
 
             def one(_i: int, run=run) -> tuple[float, float]:
                 dist.barrier()
+                if busy_s > 0:
+                    compute_burst(busy_s, burst)
                 t0 = time.perf_counter()
                 run()
                 if ctx.device.type == "cuda":
@@ -137,7 +154,7 @@ def run_comm_bench(ctx) -> dict[str, Any]:
 def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 64 * KIB * KIB,
                         min_bytes: int = KIB, backend: str = "gloo", iterations: int = 20, warmup: int = 3,
                         timeout_s: float = 60, link: str | None = None, topology: str = "shared",
-                        min_time_s: float = 0.0, max_iterations: int = 0) -> list[dict]:
+                        min_time_s: float = 0.0, max_iterations: int = 0, busy_s: float = 0.0) -> list[dict]:
     from real.launch import launch
     from real.results import environment_columns
     from sim.errors import ConfigError, require_positive
@@ -151,7 +168,7 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
     require_positive("--max-bytes", max_bytes, integer=True)
     job = {"kind": "comm", "collectives": list(collectives), "max_bytes": max_bytes, "min_bytes": min_bytes,
            "iterations": iterations, "warmup": warmup, "min_time_s": min_time_s, "max_iterations": max_iterations,
-           "backend": backend, "link": link, "topology": topology}
+           "backend": backend, "link": link, "topology": topology, "busy_s": busy_s}
     deadline_s = timeout_s * 3 + 60 + len(collectives) * 60
     if link:
         from real.netem import Namespace

@@ -62,7 +62,7 @@ def _run(*cmd: str) -> None:
         raise NetnsUnavailable("--link", " ".join(cmd), f"a working command ({out.stderr.strip()})")
 
 
-def _burst_bytes(rate_bps: float) -> int:
+def burst_bytes(rate_bps: float) -> int:
     """tbf bucket: at least two 64 KiB loopback packets (lo's MTU is 65536), ~2 ms of traffic."""
     return int(max(2 * 65536 + 2048, rate_bps / 8 * 0.002))
 
@@ -96,7 +96,7 @@ class Namespace:
             ex = ("ip", "netns", "exec", self.name, "tc")
             if self.topology == "shared":
                 _run(*ex, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", f"{int(self.rate_bps)}bit",
-                     "burst", str(_burst_bytes(self.rate_bps)), "latency", "100ms")
+                     "burst", str(burst_bytes(self.rate_bps)), "latency", "100ms")
             else:  # default class unshaped until install_per_link adds the per-flow classes
                 _run(*ex, "qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "1")
                 _run(*ex, "class", "add", "dev", "lo", "parent", "1:", "classid", "1:1", "htb", "rate", "100gbit")
@@ -136,7 +136,7 @@ def install_per_link(rate_bps: float) -> int:
     for i, (sport, dport) in enumerate(flows):
         classid = f"1:{10 + i:x}"
         _run("tc", "class", "add", "dev", "lo", "parent", "1:", "classid", classid, "htb",
-             "rate", f"{int(rate_bps)}bit", "ceil", f"{int(rate_bps)}bit", "burst", str(_burst_bytes(rate_bps)))
+             "rate", f"{int(rate_bps)}bit", "ceil", f"{int(rate_bps)}bit", "burst", str(burst_bytes(rate_bps)))
         _run("tc", "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
              "match", "ip", "sport", str(sport), "0xffff", "match", "ip", "dport", str(dport), "0xffff",
              "flowid", classid)

@@ -182,16 +182,13 @@ def test_first_bucket_cap_defaults_to_ddp_and_can_equal_the_bucket_cap():
                                              ("fp32", "gloo_loopback_n2")])
 def test_validation_uses_the_fit_of_the_collective_the_hook_runs(tmp_path, codec, wire):
     from sim.calibration import load_calibration
-    from tests.test_validation import _calibration
+    from tests.test_validation import _calibration_with_fit
     from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import sim_scenario
 
     cal_dir = tmp_path / "cal"
-    _calibration(cal_dir)
-    links = yaml.safe_load((cal_dir / "links.yaml").read_text())
-    links["fits"].append({**links["fits"][0], "collective": "allgather", "link_bandwidth_GBps": 0.5})
-    (cal_dir / "links.yaml").write_text(yaml.safe_dump(links))
+    _calibration_with_fit(cal_dir, collective="allgather", link_bandwidth_GBps=0.5)
     cal = load_calibration(cal_dir)
     point = Point(group="t", model="mlp", batch_size=64, ranks=2, link="loopback", strategy="ddp",
                   overlap=True, bucket_mib=25.0, codec=codec, microbatches=4)

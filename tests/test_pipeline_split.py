@@ -246,3 +246,31 @@ def test_pipeline_micro_batch_profile_is_scaled_like_the_full_batch_profile_to_i
     assert plan.stages[0].fwd_s == pytest.approx(2.0 * 0.5 * factor + o)
     assert plan.stages[0].bwd_s == pytest.approx(4.0 * 0.8 * factor + o)
     assert plan.stages[1].bwd_s == pytest.approx(0.6 * 0.8 * factor + o)  # no loss residual on top
+
+
+def test_pipeline_overhead_follows_the_stage_compute_between_measured_stage_sizes(tmp_path):
+    """Stages of several sizes measured: o is linear in the busiest stage's pass time between
+    them and held beyond; without a pass time (or by_stage) it is the tiny stage's o."""
+    from validation.pipeline_bench import PIPELINE_FILE, pipeline_overhead_for
+
+    (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {4: {
+        "overhead_per_pass_s": 0.1e-3,
+        "by_stage": [{"pass_s": 1e-3, "overhead_per_pass_s": 0.5e-3}, {"pass_s": 0.1e-3, "overhead_per_pass_s": 0.1e-3},
+                     {"pass_s": 3e-3, "overhead_per_pass_s": 0.9e-3}]}}}))
+    assert pipeline_overhead_for(tmp_path, 4) == pytest.approx(0.1e-3)
+    assert pipeline_overhead_for(tmp_path, 4, 0.05e-3) == pytest.approx(0.1e-3)
+    assert pipeline_overhead_for(tmp_path, 4, 0.55e-3) == pytest.approx(0.3e-3)
+    assert pipeline_overhead_for(tmp_path, 4, 2e-3) == pytest.approx(0.7e-3)
+    assert pipeline_overhead_for(tmp_path, 2, 10e-3) == pytest.approx(0.9e-3)
+
+
+@given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=6, unique_by=lambda t: t[0]),
+       st.floats(-1, 2))
+def test_piecewise_linear_stays_within_its_points_and_passes_through_them(points, x):
+    from validation.microbench import piecewise_linear
+
+    points = sorted(points)
+    y = piecewise_linear(points, x)
+    assert min(p[1] for p in points) - 1e-9 <= y <= max(p[1] for p in points) + 1e-9
+    for px, py in points:
+        assert piecewise_linear(points, px) == pytest.approx(py)

@@ -148,6 +148,14 @@ def _calibration(directory: Path) -> None:
         "link_latency_us": 50.0, "link_bandwidth_GBps": 1.0, "rms_relative_error": 0.1}]}))
 
 
+def _calibration_with_fit(directory: Path, **fit) -> None:
+    """``_calibration`` plus one more gloo fit: the first one with ``fit``'s fields replaced."""
+    _calibration(directory)
+    links = yaml.safe_load((directory / "links.yaml").read_text())
+    links["fits"].append({**links["fits"][0], **fit})
+    (directory / "links.yaml").write_text(yaml.safe_dump(links))
+
+
 @pytest.mark.parametrize(("factor", "status"), [(1.05, 0), (0.97, 0), (2.0, 1)])
 def test_exit_code_follows_the_threshold(tmp_path, factor, status):
     from sim.calibration import load_calibration
@@ -367,3 +375,104 @@ def test_framework_overhead_is_the_residual_of_the_models_own_link(tmp_path):
     assert framework_overhead_s(cal, 2) == pytest.approx(2.7e-3 - 0.8e-3 - wire_s)
     assert framework_overhead_s(cal, 1) == pytest.approx(0.2e-3)
     assert framework_overhead_s(cal, 4) == 0.0  # 0.1 ms left, less than the 4-rank allreduce: clipped
+
+
+@pytest.mark.parametrize(("patch", "field"), [
+    ({"calibration": {"stall_ranks": [0]}}, "calibration.stall_ranks[0]"),
+    ({"calibration": {"stall_bursts_ms": [1, -4]}}, "calibration.stall_bursts_ms[1]"),
+])
+def test_stall_settings_are_checked(tmp_path, patch, field):
+    with pytest.raises(ConfigError) as err:
+        load_validation_config(_write(tmp_path, {**BASE, **patch}))
+    assert field in err.value.field
+
+
+def test_stall_is_in_situ_minus_back_to_back_averaged_over_sizes_and_clipped():
+    from validation.stall_bench import STALL_SIZES_BYTES, stall_entry
+
+    small, big = STALL_SIZES_BYTES
+    hot = [{small: 0.3e-3, big: 0.9e-3}, {small: 0.4e-3, big: 5.0e-3}, {small: 0.35e-3, big: 1.0e-3}]  # one slow launch
+    in_situ = {1.0: [{small: 0.6e-3, big: 1.4e-3}] * 3, 16.0: [{small: 2.35e-3, big: 3.0e-3}] * 3,
+               0.25: [{small: 0.2e-3, big: 0.8e-3}] * 3}  # faster than back to back: no stall, not negative
+    entry = stall_entry(hot, in_situ)
+    assert entry["back_to_back_s"] == {small: pytest.approx(0.35e-3), big: pytest.approx(1.0e-3)}
+    assert entry["stall_s"][1.0] == pytest.approx(((0.6 - 0.35) + (1.4 - 1.0)) / 2 * 1e-3)
+    assert entry["stall_s"][16.0] == pytest.approx(((2.35 - 0.35) + (3.0 - 1.0)) / 2 * 1e-3)
+    assert entry["stall_s"][0.25] == 0.0
+    assert list(entry["stall_s"]) == [0.25, 1.0, 16.0]
+
+
+@given(st.floats(0, 0.1))
+def test_stall_interpolation_is_linear_from_zero_and_held_after_the_last_burst(burst_s):
+    from validation.stall_bench import interpolate_stall_s
+
+    stalls = {1.0: 0.5e-3, 4.0: 2.0e-3, 16.0: 3.0e-3}
+    got = interpolate_stall_s(stalls, burst_s)
+    assert 0.0 <= got <= 3.0e-3
+    if burst_s <= 1e-3:
+        assert got == pytest.approx(0.5 * burst_s)
+    elif burst_s <= 4e-3:
+        assert got == pytest.approx(0.5e-3 + 1.5e-3 * (burst_s - 1e-3) / 3e-3)
+    elif burst_s >= 16e-3:
+        assert got == pytest.approx(3.0e-3)
+
+
+def test_stall_enters_ddp_and_ps_points_once_per_step_and_not_one_rank(tmp_path):
+    """The calibrated stall (nearest world size, at the step's predicted compute) is one
+    parameter-free step of the iteration; one rank and a missing file add nothing."""
+    from sim.calibration import load_calibration
+    from validation.calib import calibrated_catalog
+    from validation.config import Point
+    from validation.points import sim_scenario as calibrated_scenario
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    cal = load_calibration(cal_dir)
+    catalog = calibrated_catalog(cal)
+    base = dict(model="mlp", batch_size=64, link="loopback", overlap=True, bucket_mib=25.0, codec="fp32",
+                microbatches=4)
+
+    def stall_layers(point):
+        return [layer for layer in calibrated_scenario(point, cal, catalog).workload.layers if layer.name == "comm_stall"]
+
+    assert stall_layers(Point(group="s", ranks=2, strategy="ddp", **base)) == []  # no comm_stall.yaml yet
+    (cal_dir / "comm_stall.yaml").write_text(yaml.safe_dump({"world_sizes": {2: {"stall_s": {1.0: 1e-3, 100.0: 4e-3}}}}))
+    cal = load_calibration(cal_dir)
+    for strategy in ("ddp", "ps_sync"):
+        point = Point(group="s", ranks=2, strategy=strategy, **base)
+        (step,) = stall_layers(point)
+        layers = [x for x in calibrated_scenario(point, cal, catalog).workload.layers if x.kind != "overhead"]
+        compute_s = sum(x.fwd_time_s + x.bwd_time_s for x in layers)
+        assert step.fwd_time_s == pytest.approx(1e-3 + 3e-3 * (compute_s - 1e-3) / 99e-3)
+        assert step.bwd_time_s == 0 and step.param_count == 0
+    assert stall_layers(Point(group="s", ranks=1, strategy="ddp", **base)) == []
+
+
+@pytest.mark.parametrize(("link", "bytes_", "iteration_s", "carried"), [
+    ("100mbit", 14_616, 2.8e-3, True),      # the mlp on 4 ranks: 14.6 KB per 2.8 ms step, bucket 133 KB
+    ("100mbit", 4_531_440, 0.4, False),     # small_cnn on 4 ranks: 4.5 MB, far beyond the bucket
+    ("100mbit", 100_000, 2.8e-3, False),    # within the bucket, but it refills only 35 KB per step
+    ("10gbit", 1_510_480, 29e-3, True),     # 10 Gbit/s: a 2 ms (2.5 MB) bucket
+    ("10gbit", 5_345_280, 30e-3, False),
+])
+def test_the_emulators_bucket_carries_an_iteration_only_when_it_fits_and_refills(link, bytes_, iteration_s, carried):
+    from validation.points import bucket_carries
+
+    assert bucket_carries(link, bytes_, iteration_s) is carried
+
+
+def test_points_on_a_bucket_carried_link_are_predicted_on_the_unshaped_fit(tmp_path):
+    from sim.calibration import load_calibration
+    from validation.calib import calibrated_catalog
+    from validation.config import Point
+    from validation.points import predict
+
+    cal_dir = tmp_path / "cal"
+    _calibration_with_fit(cal_dir, link="100mbit", link_bandwidth_GBps=0.0125)
+    cal = load_calibration(cal_dir)
+    catalog = calibrated_catalog(cal)
+    base = dict(group="s", model="mlp", batch_size=64, ranks=2, strategy="ddp", overlap=True, bucket_mib=25.0,
+                codec="fp32", microbatches=4)
+    shaped, unshaped = predict(Point(link="100mbit", **base), cal, catalog), predict(Point(link="loopback", **base), cal, catalog)
+    assert shaped["intra_link"] == unshaped["intra_link"] == "gloo_loopback_n2"
+    assert shaped["iteration_time_s"] == pytest.approx(unshaped["iteration_time_s"])

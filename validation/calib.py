@@ -31,6 +31,7 @@ from validation.microbench import (
     nearest_world_size,
 )
 from validation.pipeline_bench import PIPELINE_FILE, calibrate_pipeline
+from validation.stall_bench import STALL_FILE, calibrate_stalls, stall_for
 
 FIT_COLLECTIVE = {"allreduce": "allreduce", "allgather": "allgather", "sendrecv": "sendrecv"}
 
@@ -153,6 +154,10 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
                   warmup=2, progress=progress)
     if settings.get("framework_ranks") and (recalibrate or not (directory / FRAMEWORK_FILE).exists()):
         calibrate_framework(directory, tuple(settings["framework_ranks"]), progress=progress)
+    if settings.get("stall_ranks") and (recalibrate or not (directory / STALL_FILE).exists()):
+        calibrate_stalls(directory, tuple(settings["stall_ranks"]),
+                         bursts_ms=tuple(settings.get("stall_bursts_ms", (0.25, 1, 4, 16))),
+                         rounds=int(settings.get("comm_rounds", 1)), progress=progress)
     if settings.get("codec_ranks") and (recalibrate or not (directory / CODECS_FILE).exists()):
         calibrate_codecs(directory, tuple(settings["codec_ranks"]), progress=progress)
     if settings.get("codec_op_ranks") and (recalibrate or not (directory / CODEC_OPS_FILE).exists()):
@@ -221,8 +226,9 @@ def framework_overhead_s(cal: Calibration, ranks: int) -> float:
     """DDP's per-iteration cost beyond compute and the wire, as the simulator has to add it: the
     one-layer DDP step minus the same step without DDP (validation/microbench.py) minus the
     simulator's own prediction of that gradient's allreduce on the calibrated loopback link at
-    that world size, at the nearest measured world size (0 with none, or where the model
-    explains it all).
+    that world size, minus the stall of an allreduce after that step's compute (the model adds
+    it as ``comm_stall``, validation/stall_bench.py), at the nearest measured world size (0 with
+    none, or where the model explains it all).
 
     Not minus the bare allreduce timed beside it: a 1 KiB allreduce on 2 shared cores reads
     0.4-1.8 ms from one launch to the next (DESIGN.md; the link fit's small sizes and this bare
@@ -234,10 +240,12 @@ def framework_overhead_s(cal: Calibration, ranks: int) -> float:
     if found is None:
         return 0.0
     k, entry = found
-    wire_s = 0.0
+    wire_s = stall_s = 0.0
     if k > 1:  # one rank sends nothing in the simulator
         catalog = calibrated_catalog(cal)
         link = catalog.link(link_for(cal, "loopback", k))
         cluster = Cluster(nodes=1, gpus_per_node=k, gpu=catalog.gpu(cal.device_name), intra_link=link, inter_link=link)
         wire_s = predict_collective_s("allreduce", float(entry.get("gradient_bytes", FRAMEWORK_GRADIENT_BYTES)), cluster)
-    return max(0.0, float(entry["ddp_step_s"]) - float(entry["local_step_s"]) - wire_s)
+        # its allreduce follows the one-layer step's compute: the model adds that stall itself
+        stall_s = stall_for(cal.path, k, float(entry["local_step_s"]))
+    return max(0.0, float(entry["ddp_step_s"]) - float(entry["local_step_s"]) - wire_s - stall_s)

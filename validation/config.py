@@ -24,7 +24,8 @@ CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes",
                     "comm_rounds",
                     "codec_ranks",
                     "codec_op_ranks",
-                    "framework_ranks", "pipeline_ranks", "pipeline_micro_batch")
+                    "framework_ranks", "pipeline_ranks", "pipeline_micro_batch", "stall_ranks",
+                    "stall_bursts_ms")
 NETWORK_KEYS = ("ranks", "links", "collectives", "min_bytes", "max_bytes", "iterations")
 AXES = ("model", "ranks", "link", "strategy", "overlap", "bucket_mib", "codec", "microbatches")
 SWEEP_KEYS = ("name", *AXES)
@@ -186,6 +187,9 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
     for key in ("step_rounds", "comm_rounds"):
         if key in calibration:
             require_positive(f"calibration.{key}", calibration[key], integer=True)
+    for key, integer in (("stall_ranks", True), ("stall_bursts_ms", False)):
+        for i, v in enumerate(_as_list(calibration.get(key, []))):
+            require_positive(f"calibration.{key}[{i}]", v, integer=integer)
     for link in _as_list(calibration.get("links", ["loopback"])) + _as_list(network.get("links", [])):
         require_choice("calibration.links/network.links", link, LINKS)
     for c in _as_list(network.get("collectives", [])):

@@ -240,6 +240,16 @@ def nearest_world_size(path: Path, ranks: int) -> tuple[int, dict[str, Any]] | N
     return nearest, sizes[nearest]
 
 
+def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
+    """y(x) through sorted (x, y) points, linear between them, held beyond the first and the last."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    return points[-1][1]
+
+
 if __name__ == "__main__":
     from real.worker import exit_skipping_teardown
 

@@ -1,8 +1,8 @@
 """torch.distributed.pipelining's own cost per micro-batch pass, a microbenchmark of its own.
 
-A pipeline of p tiny stages (one Linear(16, 16) each, so compute is ~0.1 ms) on p co-located
-gloo ranks, GPipe with m micro-batches of 2 samples, is timed per ``schedule.step`` (median over
-iterations of the slowest rank). Each rank also times its stage's own forward and backward of
+A pipeline of p stages (one Linear(16, 16) each, so compute is ~0.1 ms, and heavier ones:
+``STAGES``) on p co-located gloo ranks, GPipe with m micro-batches, is timed per
+``schedule.step`` (median over iterations of the slowest rank). Each rank also times its stage's own forward and backward of
 one micro-batch without the schedule, all ranks at once (so with the same co-location). The
 simulator, given those stage times and the calibrated ``sendrecv`` link at p ranks, predicts the
 flush T(o) for a per-pass overhead o (``strategy.pipeline_overhead_s``); with equal stages and
@@ -10,9 +10,10 @@ sends faster than a stage T(o) = (m + p - 1)(f + b + 2o) + sends, in general T i
 non-decreasing in o, so
   o = T^-1(T_measured)   (bisection; 0 if T(0) >= T_measured)   [the median over m in MICRO_BATCHES]
 is what the schedule's bookkeeping, autograd stitching and gloo's send/recv hand-offs add per
-forward or backward pass per stage beyond the stage's compute and the wire. Written to
-``<calibration>/pipeline.yaml`` per p; read by ``pipeline_overhead_for``. No validation point is
-involved: the model, batch and stages are the benchmark's own.
+forward or backward pass per stage beyond the stage's compute and the wire, per stage size
+(it grows with the compute before each send). Written to ``<calibration>/pipeline.yaml`` per p;
+read by ``pipeline_overhead_for``. No validation point is involved: the model, batch and stages
+are the benchmark's own.
 
 ``python -m validation.pipeline_bench JOB.json`` is one rank (RANK, WORLD_SIZE, MASTER_* set).
 """
@@ -35,6 +36,14 @@ PIPELINE_FILE = "pipeline.yaml"
 WIDTH = 16
 MICRO_BATCH = 2
 MICRO_BATCHES = (2, 4, 8)
+STAGES = ({"width": WIDTH, "depth": 1, "micro_batch": MICRO_BATCH},
+          {"width": 256, "depth": 2, "micro_batch": 16},
+          {"width": 256, "depth": 8, "micro_batch": 16},
+          {"width": 256, "depth": 24, "micro_batch": 16})
+"""The stages the per-pass cost is measured with: the tiny one (~0.1 ms per pass: the library's
+own bookkeeping) and heavier ones (~0.4, 1.2, 3.5 ms per pass here): a send that follows more
+compute costs more on shared cores (2 stages: o 0.28, 0.44, 0.52 ms at 0.12, 0.39, 1.15 ms per
+pass; 4 stages: 0.15, 0.32, 0.77 ms; validation/stall_bench.py has the collectives' side)."""
 
 
 def _rank_main(job_file: str) -> None:
@@ -51,10 +60,12 @@ def _rank_main(job_file: str) -> None:
     dist.init_process_group("gloo")
     rank, p = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
-    module = torch.nn.Linear(WIDTH, WIDTH)
+    width, depth, micro_batch = (int(job.get(k, d)) for k, d in (("width", WIDTH), ("depth", 1),
+                                                                ("micro_batch", MICRO_BATCH)))
+    module = stage_module(width, depth)
     out = []
     for m in job["micro_batches"]:
-        row = _bench_one(module, rank, p, m, job["iterations"], job["warmup"])
+        row = _bench_one(module, rank, p, m, job["iterations"], job["warmup"], width=width, micro_batch=micro_batch)
         cpu = torch.tensor([row.pop("cpu_s")], dtype=torch.float64)
         dist.all_reduce(cpu)  # mean CPU seconds per step over ranks
         out.append({**row, "cpu_per_rank_s": float(cpu) / p})
@@ -64,7 +75,18 @@ def _rank_main(job_file: str) -> None:
     dist.destroy_process_group()
 
 
-def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int) -> dict[str, Any]:
+def stage_module(width: int, depth: int):
+    """One stage: ``depth`` Linear(width, width) layers, a Tanh between them."""
+    import torch
+
+    layers: list[torch.nn.Module] = []
+    for i in range(depth):
+        layers += [torch.nn.Linear(width, width)] + ([torch.nn.Tanh()] if i < depth - 1 else [])
+    return layers[0] if depth == 1 else torch.nn.Sequential(*layers)
+
+
+def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int, *, width: int = WIDTH,
+               micro_batch: int = MICRO_BATCH) -> dict[str, Any]:
     """One micro-batch count: the schedule's step (slowest rank, median) and its CPU seconds on
     this rank, then the stage's own forward and backward of one micro-batch without the schedule."""
     import torch
@@ -72,7 +94,7 @@ def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int) 
 
     from validation.microbench import _timed
 
-    x, y = torch.randn(m * MICRO_BATCH, WIDTH), torch.randn(m * MICRO_BATCH, WIDTH)
+    x, y = torch.randn(m * micro_batch, width), torch.randn(m * micro_batch, width)
     stage = PipelineStage(module, rank, p, torch.device("cpu"))
     schedule = ScheduleGPipe(stage, n_microbatches=m, loss_fn=torch.nn.MSELoss())
 
@@ -88,20 +110,23 @@ def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int) 
     cpu0 = time.process_time()
     t_pipe = _timed(step, iterations, warmup)
     cpu_s = (time.process_time() - cpu0) / (iterations + warmup)
-    mb = x[:MICRO_BATCH].clone().requires_grad_(True)
-    grad = torch.ones(MICRO_BATCH, WIDTH)
+    mb = x[:micro_batch].clone().requires_grad_(True)
+    grad = torch.ones(micro_batch, width)
     t_fwd = _timed(lambda: module(mb), iterations * 4, warmup)
     t_both = _timed(lambda: module(mb).backward(grad), iterations * 4, warmup)
-    return {"ranks": p, "micro_batches": m, "micro_batch": MICRO_BATCH, "width": WIDTH, "step_s": t_pipe,
-            "cpu_s": cpu_s, "stage_fwd_s": t_fwd, "stage_bwd_s": max(0.0, t_both - t_fwd)}
+    return {"ranks": p, "micro_batches": m, "micro_batch": micro_batch, "width": width, "step_s": t_pipe,
+            "cpu_s": cpu_s, "stage_fwd_s": t_fwd, "stage_bwd_s": max(0.0, t_both - t_fwd),
+            "params_per_stage": sum(q.numel() for q in module.parameters())}
 
 
 def measure_pipeline(p: int, *, micro_batches: tuple[int, ...] = MICRO_BATCHES, iterations: int = 20,
-                     warmup: int = 3, timeout_s: float = 300) -> list[dict[str, Any]]:
-    """Run the benchmark on p co-located gloo ranks; rank 0's rows."""
+                     warmup: int = 3, timeout_s: float = 300, stage: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """Run the benchmark on p co-located gloo ranks (``stage``: width, depth, micro_batch of each
+    stage; the tiny one-layer stage by default); rank 0's rows."""
     from validation.microbench import run_ranks
 
-    job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup, "kind": "pipeline"}
+    job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup, "kind": "pipeline",
+           **(stage or {})}
     return run_ranks(p, job, timeout_s=timeout_s, module="validation.pipeline_bench")
 
 
@@ -111,9 +136,10 @@ def bench_scenario(row: dict[str, Any], link_name: str, catalog, device_name: st
     from sim.config import scenario_from_dict
 
     p, m = int(row["ranks"]), int(row["micro_batches"])
+    width = int(row.get("width", WIDTH))
     # layer times are taken as the whole batch's (the plan gives each micro-batch 1/m of them)
-    layers = [{"name": str(i), "kind": "linear", "param_count": WIDTH * WIDTH + WIDTH, "fwd_flops": 0.0,
-               "bwd_flops": 0.0, "activation_elems": float(WIDTH), "fwd_time_s": row["stage_fwd_s"] * m,
+    layers = [{"name": str(i), "kind": "linear", "param_count": int(row.get("params_per_stage", width * width + width)),
+               "fwd_flops": 0.0, "bwd_flops": 0.0, "activation_elems": float(width), "fwd_time_s": row["stage_fwd_s"] * m,
                "bwd_time_s": row["stage_bwd_s"] * m} for i in range(p)]
     spec = {"name": f"pipeline-bench-p{p}-m{m}",
             "workload": {"model": "pipeline_bench", "batch_size": m * int(row["micro_batch"]), "layers": layers},
@@ -186,13 +212,19 @@ def calibrate_pipeline(directory: str | Path, ranks: tuple[int, ...] = (2, 4), m
     if micro_batches:
         data["workloads"] = profile_micro_batches(micro_batches, tuple(sorted({1, *ranks})), rounds, progress)
     for p in ranks:
-        progress(f"pipeline overhead: GPipe over {p} one-layer stages on {p} ranks")
         link = link_for(cal, "loopback", p, "sendrecv")
-        rows = measure_pipeline(p)
-        for row in rows:
-            row["overhead_per_pass_s"] = overhead_per_pass_s(row, link, catalog, cal.device_name)
-        data["world_sizes"][p] = {"overhead_per_pass_s": statistics.median(r["overhead_per_pass_s"] for r in rows),
-                                  "sendrecv_link": link, "rows": rows}
+        by_stage = []
+        for stage in STAGES:
+            progress(f"pipeline overhead: GPipe over {p} stages of {stage['depth']} x Linear({stage['width']}) "
+                     f"at micro-batch {stage['micro_batch']} on {p} ranks")
+            rows = measure_pipeline(p, stage=stage)
+            for row in rows:
+                row["overhead_per_pass_s"] = overhead_per_pass_s(row, link, catalog, cal.device_name)
+            by_stage.append({**stage, "pass_s": statistics.median(r["stage_fwd_s"] + r["stage_bwd_s"] for r in rows),
+                             "overhead_per_pass_s": statistics.median(r["overhead_per_pass_s"] for r in rows),
+                             "rows": rows})
+        data["world_sizes"][p] = {"overhead_per_pass_s": by_stage[0]["overhead_per_pass_s"], "sendrecv_link": link,
+                                  "by_stage": by_stage}
     atomic_write_text(Path(directory) / PIPELINE_FILE, yaml.safe_dump(data, sort_keys=False))
     return data
 
@@ -213,15 +245,24 @@ def micro_batch_calibration(cal):
     return replace(cal, device={**cal.device, "workloads": workloads})
 
 
-def pipeline_overhead_for(cal_dir: str | Path, ranks: int) -> float:
-    """The calibrated per-pass overhead at the nearest measured pipeline depth (0 if none)."""
+def pipeline_overhead_for(cal_dir: str | Path, ranks: int, pass_s: float | None = None) -> float:
+    """The calibrated per-pass overhead at the nearest measured pipeline depth (0 if none); with
+    ``pass_s`` (a stage's forward + backward of one micro-batch) and stages of several sizes
+    measured, linear in pass_s between them and held beyond the smallest and the largest."""
     path = Path(cal_dir) / PIPELINE_FILE
     if not path.exists():
         return 0.0
     sizes = {int(k): v for k, v in (yaml.safe_load(path.read_text()) or {}).get("world_sizes", {}).items()}
     if not sizes:
         return 0.0
-    return float(sizes[min(sizes, key=lambda k: (abs(k - ranks), -k))]["overhead_per_pass_s"])
+    entry = sizes[min(sizes, key=lambda k: (abs(k - ranks), -k))]
+    points = sorted((float(b["pass_s"]), float(b["overhead_per_pass_s"])) for b in entry.get("by_stage") or [])
+    if pass_s is None or not points:
+        return float(entry["overhead_per_pass_s"])
+    from validation.microbench import piecewise_linear
+
+    return piecewise_linear(points, pass_s)
+
 
 
 if __name__ == "__main__":

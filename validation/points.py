@@ -34,6 +34,7 @@ from validation.codec_bench import codec_ops_for
 from validation.config import Point
 from validation.microbench import reduce_ns_for
 from validation.pipeline_bench import micro_batch_calibration, pipeline_overhead_for
+from validation.stall_bench import stall_for
 
 CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
 """The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
@@ -124,8 +125,12 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
         scenario = apply_calibration(scenario, cal)
     except ConfigError:
         scenario = apply_coarse_calibration(scenario, cal)
+    if point.strategy in ("ddp", "ps_sync"):
+        # the stall of the step's first collective after its compute (validation/stall_bench.py)
+        burst_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in scenario.workload.layers)
+        scenario = with_overhead_step(scenario, "comm_stall", stall_for(cal.path, point.ranks, burst_s))
     if point.strategy == "ddp":
-        scenario = with_framework_overhead(scenario, framework_overhead_s(cal, point.ranks))
+        scenario = with_overhead_step(scenario, "ddp_framework", framework_overhead_s(cal, point.ranks))
     return scenario
 
 
@@ -135,7 +140,9 @@ def pipeline_calibrated(scenario, cal: Calibration):
     busy-stage count k_eff (``busy_stages``: stages idle in part of the step leave cores to the
     others), interpolated linearly between the measured k that bracket it; stored as m x those
     times because the pipeline plan gives each micro-batch 1/m of a layer's batch time; and
-    torch.distributed.pipelining's own per-pass cost (strategy.pipeline_overhead_s) at p stages."""
+    torch.distributed.pipelining's own per-pass cost (strategy.pipeline_overhead_s) at p stages,
+    at the busiest stage's forward + backward of one micro-batch (a send after more compute costs
+    more: validation/pipeline_bench.py STAGES)."""
     m, p = scenario.strategy.micro_batches, scenario.strategy.pp
     w = scenario.workload
     mcal = micro_batch_calibration(cal)
@@ -169,7 +176,9 @@ def pipeline_calibrated(scenario, cal: Calibration):
     share = 0.0 if hi_k == lo_k else (k_eff - lo_k) / (hi_k - lo_k)
     layers = tuple(replace(layer, fwd_time_s=m * (a[0] + share * (b[0] - a[0])), bwd_time_s=m * (a[1] + share * (b[1] - a[1])))
                    for layer, a, b in zip(w.layers, t_lo, t_hi, strict=True))
-    strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, p))
+    # the per-pass cost at this pipeline's busiest stage: one micro-batch's forward + backward
+    pass_s = max(sum(x.fwd_time_s + x.bwd_time_s for x in layers[lo:hi]) / m for lo, hi in bounds)
+    strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, p, pass_s))
     # the optimizer step from the whole-step calibration at the full batch (each stage steps its
     # own parameters: the plan takes it pro rata), at the busy-stage count's upper bracket
     opt_s = optimizer_time_s(cal, w.name, w.batch_size, hi_k)
@@ -220,14 +229,16 @@ def colocated_ks(cal: Calibration, model: str) -> list[int]:
     return sorted({int(k) for e in entries.values() for k in (e.get("colocated") or {})})
 
 
-def with_framework_overhead(scenario, overhead_s: float):
-    """DDP's own per-iteration cost (hooks, bucket copies, hand-offs to gloo's threads), calibrated
-    on a one-layer model (validation/microbench.py), as a parameter-free step before the first
-    layer: it holds the compute stream and moves no gradient."""
+def with_overhead_step(scenario, name: str, overhead_s: float):
+    """A calibrated per-iteration cost as a parameter-free step before the first layer: it holds
+    the compute stream and moves no gradient (so the breakdown counts it as compute). Used for
+    DDP's own cost (``ddp_framework``: hooks, bucket copies, hand-offs to gloo's threads, on a
+    one-layer model, validation/microbench.py) and for the stall of the step's first collective
+    after compute (``comm_stall``, validation/stall_bench.py)."""
     if overhead_s <= 0:
         return scenario
     w = scenario.workload
-    step = Layer(name="ddp_framework", kind="overhead", param_count=0, fwd_flops=0.0, bwd_flops=0.0,
+    step = Layer(name=name, kind="overhead", param_count=0, fwd_flops=0.0, bwd_flops=0.0,
                  activation_elems=0.0, fwd_time_s=overhead_s, bwd_time_s=0.0)
     return replace(scenario, workload=replace(w, layers=(step, *w.layers)))
 
@@ -284,11 +295,32 @@ def apply_coarse_calibration(scenario, cal: Calibration):
 
 
 def predict(point: Point, cal: Calibration, catalog: Catalog) -> dict[str, Any]:
-    """The simulator's row for ``point`` (metrics of one iteration)."""
+    """The simulator's row for ``point`` (metrics of one iteration); on an emulated link whose
+    token bucket carries the whole iteration's traffic (``bucket_carries``), the row on the
+    unshaped loopback fit at the same world size."""
     from sim.simulate import simulate
 
     scenario = sim_scenario(point, cal, catalog)
-    result = simulate(scenario)
-    row = result.metrics()
+    row = simulate(scenario).metrics()
+    if point.link != "loopback" and point.ranks > 1 and point.strategy != "pipeline":
+        unshaped = replace(point, link="loopback")
+        free = sim_scenario(unshaped, cal, catalog)
+        free_row = simulate(free).metrics()
+        if bucket_carries(point.link, row["bytes_intra"] + row["bytes_inter"], free_row["iteration_time_s"]):
+            scenario, row = free, free_row
     row["intra_link"] = scenario.cluster.intra_link.name
     return row
+
+
+def bucket_carries(link: str, bytes_per_iteration: float, iteration_s: float) -> bool:
+    """Whether the emulated link's token bucket (real/netem.py: one tbf of rate R and burst B
+    that every flow shares) lets an iteration's traffic V through at the unshaped speed: V <= B
+    and V <= R x the iteration (the bucket refills between iterations). The link fits are taken
+    back to back at sizes up to MiBs and pay the rate; a real link of rate R has no such bucket.
+    The mlp's DDP step on 4 ranks moves 14.6 KB per iteration of ~2.8 ms: at 100 Mbit/s that is
+    1.2 ms at the rate, 0 through a bucket of 133 KB that refills 35 KB per iteration (predicted
+    on the rate: +26-30% in the runs of 2026-11-23)."""
+    from real.netem import burst_bytes, parse_rate
+
+    rate_Bps = parse_rate(link) / 8
+    return bytes_per_iteration <= burst_bytes(rate_Bps * 8) and bytes_per_iteration <= rate_Bps * iteration_s
