@@ -246,7 +246,7 @@ def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
         return points[0][1]
     for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
         if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+            return y0 + (y1 - y0) * ((x - x0) / (x1 - x0)) if x1 > x0 else y1
     return points[-1][1]
 
 
