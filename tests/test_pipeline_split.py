@@ -248,6 +248,40 @@ def test_pipeline_micro_batch_profile_is_scaled_like_the_full_batch_profile_to_i
     assert plan.stages[1].bwd_s == pytest.approx(0.6 * 0.8 * factor + o)  # no loss residual on top
 
 
+def test_pipeline_micro_batch_step_sets_the_stage_compute_over_the_full_batchs(tmp_path):
+    """With the whole step measured at the micro-batch (k = 2, one thread), the stage times come
+    from it: at k = 2 the layers sum to that step's forward and backward, and the 1-rank profile
+    is scaled by the micro-batch's own step / profile ratio, not the full batch's."""
+    from validation.pipeline_bench import PIPELINE_FILE
+    from validation.points import pipeline_calibrated
+
+    names = ["0", "3", "6", "10", "12"]
+
+    def prof(scale, fwd, bwd):
+        f, b = [scale * t for t in fwd], [scale * t for t in bwd]
+        return {"fwd_s": f, "bwd_s": b, "iteration_wall_s": sum(f) + sum(b), "threads_per_rank": 1}
+
+    fwd, bwd = [1.0, 1.0, 0.1, 0.1, 0.1], [2.0, 2.0, 0.2, 0.2, 0.2]
+    f_sum, b_sum = sum(fwd), sum(bwd)
+
+    def step(rf, rb, threads, n=1.0):
+        return {"fwd_s": n * rf * f_sum, "bwd_s": n * rb * b_sum, "opt_s": 0.0,
+                "total_s": n * (rf * f_sum + rb * b_sum), "threads": threads}
+
+    micro = {"layers": names, "colocated": {1: prof(1.0, fwd, bwd), 2: prof(1.0, fwd, bwd)},
+             "steps": {2: step(0.9, 0.5, 1)}}
+    full = {"layers": names, "colocated": {1: prof(40.0, fwd, bwd), 2: prof(40.0, fwd, bwd)},
+            "steps": {1: step(0.1, 0.1, 2, 40.0), 2: step(1.2, 0.7, 1, 40.0)}}
+    (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {2: {"overhead_per_pass_s": 0.0}},
+                                                          "workloads": {"small_cnn": {8: micro}}}))
+    cal = Calibration(path=tmp_path, device={"workloads": {"small_cnn": {32: full}}}, links={})
+    plan = build_pipeline_plan(pipeline_calibrated(_scenario("small_cnn", 2, "flops", micro_batches=4), cal))
+    # both k = 1 and k = 2 give 0.9 x forward and 0.5 x backward: the micro-batch's ratio
+    assert plan.stages[0].fwd_s == pytest.approx(2.0 * 0.9)
+    assert plan.stages[0].bwd_s == pytest.approx(4.0 * 0.5)
+    assert plan.stages[1].fwd_s == pytest.approx(0.3 * 0.9)
+
+
 def test_pipeline_overhead_follows_the_stage_compute_between_measured_stage_sizes(tmp_path):
     """Stages of several sizes measured: o is linear in the busiest stage's pass time between
     them and held beyond; without a pass time (or by_stage) it is the tiny stage's o."""
@@ -262,6 +296,58 @@ def test_pipeline_overhead_follows_the_stage_compute_between_measured_stage_size
     assert pipeline_overhead_for(tmp_path, 4, 0.55e-3) == pytest.approx(0.3e-3)
     assert pipeline_overhead_for(tmp_path, 4, 2e-3) == pytest.approx(0.7e-3)
     assert pipeline_overhead_for(tmp_path, 2, 10e-3) == pytest.approx(0.9e-3)
+
+
+def test_pipeline_overhead_moves_from_unbalanced_to_equal_stages_with_the_busy_stage_count(tmp_path):
+    """Equal and unbalanced stage variants measured: o follows each group's curve in the pass
+    time and, between the groups' busy-stage counts, is linear in k_eff (held beyond); without
+    k_eff it is the equal stages' curve."""
+    from validation.pipeline_bench import PIPELINE_FILE, pipeline_overhead_for
+
+    (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {2: {
+        "overhead_per_pass_s": 0.3e-3,
+        "by_stage": [{"depth": 1, "pass_s": 0.1e-3, "busy_stages": 2.0, "overhead_per_pass_s": 0.3e-3},
+                     {"depth": 24, "pass_s": 3e-3, "busy_stages": 1.9, "overhead_per_pass_s": 0.9e-3},
+                     {"depths": [8, 1], "pass_s": 1e-3, "busy_stages": 1.2, "overhead_per_pass_s": 0.1e-3},
+                     {"depths": [24, 1], "pass_s": 3e-3, "busy_stages": 1.0, "overhead_per_pass_s": 0.0}]}}}))
+    k_equal, k_unequal = 1.95, 1.1  # the groups' median busy-stage counts
+    assert pipeline_overhead_for(tmp_path, 2, 3e-3) == pytest.approx(0.9e-3)
+    assert pipeline_overhead_for(tmp_path, 2, 3e-3, 2.0) == pytest.approx(0.9e-3)
+    assert pipeline_overhead_for(tmp_path, 2, 3e-3, 1.0) == pytest.approx(0.0)
+    share = (1.5 - k_unequal) / (k_equal - k_unequal)
+    assert pipeline_overhead_for(tmp_path, 2, 3e-3, 1.5) == pytest.approx(share * 0.9e-3)
+    o_equal, o_unequal = 0.3e-3 + 0.6e-3 * (2e-3 - 0.1e-3) / 2.9e-3, 0.05e-3
+    assert pipeline_overhead_for(tmp_path, 2, 2e-3, 1.5) == pytest.approx(o_unequal + share * (o_equal - o_unequal))
+
+
+def test_bench_stage_times_keep_the_ranks_ratios_at_the_slowest_ranks_level():
+    """Own-clock medians give the stages' ratios; the busiest stage's pass is set to the
+    slowest-rank median (which holds the waits for a core)."""
+    from validation.pipeline_bench import stage_summary, stage_times_by_rank
+
+    row = {"ranks": 2, "stage_fwd_s": 2e-3, "stage_bwd_s": 4e-3}
+    out = stage_times_by_rank(row, [1e-3, 0.1e-3], [2e-3, 0.2e-3])  # own passes 3 and 0.3 ms
+    assert out["stage_fwd_s_by_rank"] == pytest.approx([2e-3, 0.2e-3])
+    assert out["stage_bwd_s_by_rank"] == pytest.approx([4e-3, 0.4e-3])
+    rows = [{**row, **out, "overhead_per_pass_s": o} for o in (1e-4, 3e-4, 2e-4)]
+    summary = stage_summary(rows)
+    assert summary["pass_s"] == pytest.approx(6e-3)
+    assert summary["busy_stages"] == pytest.approx(1.1)
+    assert summary["overhead_per_pass_s"] == pytest.approx(2e-4)
+
+
+def test_unbalanced_bench_stages_reach_the_simulator_per_rank(tmp_path):
+    """bench_scenario gives each stage its own measured times when the row has them."""
+    from validation.pipeline_bench import bench_scenario, stage_depths
+
+    assert stage_depths({"depths": [24, 1]}, 4) == [24, 1, 1, 1]
+    assert stage_depths({"depth": 8}, 2) == [8, 8]
+    catalog = builtin_catalog().extended(IDEAL, where="test")
+    row = {"ranks": 2, "micro_batches": 4, "micro_batch": 2, "stage_fwd_s": 1e-3, "stage_bwd_s": 2e-3,
+           "stage_fwd_s_by_rank": [1e-3, 0.1e-3], "stage_bwd_s_by_rank": [2e-3, 0.2e-3]}
+    layers = bench_scenario(row, "slow", catalog, "ideal", 0.0).workload.layers
+    assert [x.fwd_time_s for x in layers] == pytest.approx([4e-3, 0.4e-3])
+    assert [x.bwd_time_s for x in layers] == pytest.approx([8e-3, 0.8e-3])
 
 
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=6, unique_by=lambda t: t[0]),

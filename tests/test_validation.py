@@ -344,13 +344,24 @@ def test_pipeline_micro_batch_profiles_keep_the_median_launch_per_k(monkeypatch)
         t = next(sums[k])
         return [{"fwd_s": [t / 4, t / 4], "bwd_s": [t / 2, 0.0], "k": k}]
 
+    totals = iter([0.007, 0.006, 0.013])
+    step_calls: list[int] = []
+
+    def fake_steps(models, batches, k, **kw):
+        step_calls.append(k)
+        return {models[0]: {"total_s": next(totals), "threads": 1}}
+
     monkeypatch.setattr(real.calibrate, "profile_colocated", fake_profile)
-    monkeypatch.setattr(real.calibrate, "_layer_entry", lambda model, profiles: profiles)
+    monkeypatch.setattr(real.calibrate, "profile_steps", fake_steps)
+    monkeypatch.setattr(real.calibrate, "_layer_entry", lambda model, profiles: dict(profiles))
     out = profile_micro_batches({"small_cnn": 8}, (2,), rounds=3, progress=lambda _: None)
     kept = out["small_cnn"][8]
     assert calls == [1, 1, 1, 2, 2, 2]
     assert kept[1]["layers_s"] == pytest.approx(0.012) and kept[2]["layers_s"] == pytest.approx(0.025)
     assert kept[2]["rounds_layers_s"] == pytest.approx([0.020, 0.090, 0.025])
+    # whole steps only with co-located ranks (one thread each, as a stage): the median launch
+    assert step_calls == [2, 2, 2]
+    assert kept["steps"] == {2: {"total_s": 0.007, "threads": 1, "rounds_total_s": [0.007, 0.006, 0.013]}}
 
 
 def test_framework_overhead_is_the_residual_of_the_models_own_link(tmp_path):

@@ -35,9 +35,11 @@ DTYPES = ("fp32", "fp16", "bf16")
 SIZES_ELEMS = (2**16, 2**18, 2**20)
 
 
-def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterations: int = 1000) -> float:
-    """Median over repetitions of the slowest rank (each started after a barrier); at least
-    ``iterations`` and enough to last ``min_time_s`` (real/timing.py)."""
+def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterations: int = 1000, *,
+           own: bool = False) -> float:
+    """Median over repetitions of the slowest rank (each started after a barrier; ``own``: of
+    this rank's own times); at least ``iterations`` and enough to last ``min_time_s``
+    (real/timing.py)."""
     import torch
     import torch.distributed as dist
 
@@ -53,6 +55,8 @@ def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterat
     count = agreed_repetitions(warm, {"iterations": iterations, "min_time_s": min_time_s,
                                       "max_iterations": max_iterations})
     times = [once() for _ in range(count)]
+    if own:
+        return statistics.median(times)
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return statistics.median(slowest.tolist())

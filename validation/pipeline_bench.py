@@ -39,11 +39,15 @@ MICRO_BATCHES = (2, 4, 8)
 STAGES = ({"width": WIDTH, "depth": 1, "micro_batch": MICRO_BATCH},
           {"width": 256, "depth": 2, "micro_batch": 16},
           {"width": 256, "depth": 8, "micro_batch": 16},
-          {"width": 256, "depth": 24, "micro_batch": 16})
-"""The stages the per-pass cost is measured with: the tiny one (~0.1 ms per pass: the library's
-own bookkeeping) and heavier ones (~0.4, 1.2, 3.5 ms per pass here): a send that follows more
-compute costs more on shared cores (2 stages: o 0.28, 0.44, 0.52 ms at 0.12, 0.39, 1.15 ms per
-pass; 4 stages: 0.15, 0.32, 0.77 ms; validation/stall_bench.py has the collectives' side)."""
+          {"width": 256, "depth": 24, "micro_batch": 16},
+          {"width": 256, "depths": [8, 1], "micro_batch": 16},
+          {"width": 256, "depths": [24, 1], "micro_batch": 16})
+"""The stages the per-pass cost is measured with: equal stages, tiny (~0.1 ms per pass: the
+library's own bookkeeping) and heavier (~0.4, 1.2, 3 ms per pass here), and unbalanced ones (a
+heavy first stage, one-layer stages after it). A send that follows more compute costs more on
+shared cores when every stage computes (2 equal stages: o 0.28, 0.44, 0.52, 0.71 ms at 0.12,
+0.39, 1.15, 3 ms per pass), far less when the other stages mostly idle (a 2.5 ms first stage
+and 0.25 ms ones: o 0.01-0.07 ms); validation/stall_bench.py has the collectives' side."""
 
 
 def _rank_main(job_file: str) -> None:
@@ -62,17 +66,42 @@ def _rank_main(job_file: str) -> None:
     torch.manual_seed(rank)
     width, depth, micro_batch = (int(job.get(k, d)) for k, d in (("width", WIDTH), ("depth", 1),
                                                                 ("micro_batch", MICRO_BATCH)))
-    module = stage_module(width, depth)
+    depths = stage_depths(job, p)
+    module = stage_module(width, depths[rank])
     out = []
     for m in job["micro_batches"]:
         row = _bench_one(module, rank, p, m, job["iterations"], job["warmup"], width=width, micro_batch=micro_batch)
         cpu = torch.tensor([row.pop("cpu_s")], dtype=torch.float64)
         dist.all_reduce(cpu)  # mean CPU seconds per step over ranks
-        out.append({**row, "cpu_per_rank_s": float(cpu) / p})
+        mine = torch.tensor([row.pop("own_fwd_s"), row.pop("own_bwd_s")], dtype=torch.float64)
+        every = [torch.zeros(2, dtype=torch.float64) for _ in range(p)]
+        dist.all_gather(every, mine)
+        out.append({**row, "cpu_per_rank_s": float(cpu) / p, "depths": depths,
+                    **stage_times_by_rank(row, [float(t[0]) for t in every], [float(t[1]) for t in every])})
     if rank == 0:
         Path(job["out"]).write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def stage_times_by_rank(row: dict[str, Any], own_fwd_s: list[float], own_bwd_s: list[float]) -> dict[str, list[float]]:
+    """Each stage's forward and backward of one micro-batch: the ranks' own medians (their
+    ratios: an unbalanced pipeline's light stages) scaled so the busiest stage's pass equals the
+    slowest-rank median (``stage_fwd_s`` + ``stage_bwd_s``, which holds the waits for a core:
+    4 balanced stages on 2 cores read ~3 ms each on their own clocks, ~5 ms slowest-of-4)."""
+    own_pass = [f + b for f, b in zip(own_fwd_s, own_bwd_s, strict=True)]
+    busiest = max(own_pass)
+    scale = (row["stage_fwd_s"] + row["stage_bwd_s"]) / busiest if busiest > 0 else 1.0
+    return {"stage_fwd_s_by_rank": [f * scale for f in own_fwd_s], "stage_bwd_s_by_rank": [b * scale for b in own_bwd_s]}
+
+
+def stage_depths(job: dict[str, Any], p: int) -> list[int]:
+    """Each rank's stage depth: ``depths`` (the first stage's, then the rest's: an unbalanced
+    pipeline whose later stages idle) or ``depth`` on every rank."""
+    if "depths" in job:
+        first, rest = (int(d) for d in job["depths"])
+        return [first] + [rest] * (p - 1)
+    return [int(job.get("depth", 1))] * p
 
 
 def stage_module(width: int, depth: int):
@@ -112,10 +141,12 @@ def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int, 
     cpu_s = (time.process_time() - cpu0) / (iterations + warmup)
     mb = x[:micro_batch].clone().requires_grad_(True)
     grad = torch.ones(micro_batch, width)
-    t_fwd = _timed(lambda: module(mb), iterations * 4, warmup)
-    t_both = _timed(lambda: module(mb).backward(grad), iterations * 4, warmup)
+    t_fwd, own_fwd = (_timed(lambda: module(mb), iterations * 4, warmup, own=own) for own in (False, True))
+    t_both, own_both = (_timed(lambda: module(mb).backward(grad), iterations * 4, warmup, own=own)
+                        for own in (False, True))
     return {"ranks": p, "micro_batches": m, "micro_batch": micro_batch, "width": width, "step_s": t_pipe,
             "cpu_s": cpu_s, "stage_fwd_s": t_fwd, "stage_bwd_s": max(0.0, t_both - t_fwd),
+            "own_fwd_s": own_fwd, "own_bwd_s": max(0.0, own_both - own_fwd),
             "params_per_stage": sum(q.numel() for q in module.parameters())}
 
 
@@ -137,10 +168,12 @@ def bench_scenario(row: dict[str, Any], link_name: str, catalog, device_name: st
 
     p, m = int(row["ranks"]), int(row["micro_batches"])
     width = int(row.get("width", WIDTH))
+    fwd_s = row.get("stage_fwd_s_by_rank") or [row["stage_fwd_s"]] * p
+    bwd_s = row.get("stage_bwd_s_by_rank") or [row["stage_bwd_s"]] * p
     # layer times are taken as the whole batch's (the plan gives each micro-batch 1/m of them)
     layers = [{"name": str(i), "kind": "linear", "param_count": int(row.get("params_per_stage", width * width + width)),
-               "fwd_flops": 0.0, "bwd_flops": 0.0, "activation_elems": float(width), "fwd_time_s": row["stage_fwd_s"] * m,
-               "bwd_time_s": row["stage_bwd_s"] * m} for i in range(p)]
+               "fwd_flops": 0.0, "bwd_flops": 0.0, "activation_elems": float(width), "fwd_time_s": fwd_s[i] * m,
+               "bwd_time_s": bwd_s[i] * m} for i in range(p)]
     spec = {"name": f"pipeline-bench-p{p}-m{m}",
             "workload": {"model": "pipeline_bench", "batch_size": m * int(row["micro_batch"]), "layers": layers},
             "cluster": {"gpus": p, "gpus_per_node": p, "gpu": device_name, "intra_link": link_name, "inter_link": link_name},
@@ -176,33 +209,59 @@ def overhead_per_pass_s(row: dict[str, Any], link_name: str, catalog, device_nam
 def profile_micro_batches(models: dict[str, int], ranks: tuple[int, ...], rounds: int = 3,
                           progress=print) -> dict[str, Any]:
     """Per-layer times at a micro-batch size (``{model: micro_batch}``), alone and with k
-    co-located ranks, in device.yaml's ``workloads`` form (real/calibrate.py's own profile).
-    Each k is profiled in ``rounds`` separate launches and the launch whose layers sum to the
-    median is kept (``median_round``): these profiles set the pipeline points' absolute compute,
-    and one launch of them moved ~30% between calibrations."""
-    from real.calibrate import _layer_entry, median_round, profile_colocated
+    co-located ranks, and the whole compute-only step at that size with k > 1 co-located ranks
+    (one thread each, as a pipeline stage runs), in device.yaml's ``workloads`` form
+    (real/calibrate.py's own profile and steps). Each is measured in ``rounds`` separate launches
+    and the launch at the median is kept (``median_round``): these set the pipeline points'
+    absolute compute, one launch of them moved ~30% between calibrations, and the step-to-profile
+    ratio at the micro-batch differs from the full batch's (small_cnn at batch 8 on 2 ranks:
+    forward 0.97x its layers, 1.22x at batch 32)."""
+    from real.calibrate import _layer_entry, median_round, profile_colocated, profile_steps
 
     out: dict[str, Any] = {}
     for model, batch in models.items():
-        profiles = {}
+        profiles, steps = {}, {}
         for k in sorted(set(ranks) | {1}):
-            launches = []
+            launches, step_launches = [], []
             for r in range(rounds):
                 progress(f"pipeline micro-batch: {model} layers at batch {batch}, {k} co-located rank(s), "
                          f"round {r + 1}/{rounds}")
                 prof = profile_colocated([model], {model: batch}, k, iterations=20, warmup=3, timeout_s=120)[0]
                 launches.append({**prof, "layers_s": sum(prof["fwd_s"]) + sum(prof["bwd_s"])})
+                if k > 1:
+                    step_launches.append(profile_steps([model], {model: batch}, k, iterations=10, warmup=3,
+                                                       timeout_s=120, min_time_s=1.0, max_iterations=300)[model])
             profiles[k] = median_round(launches, "layers_s")
-        out[model] = {batch: _layer_entry(model, profiles)}
+            if step_launches:
+                steps[k] = median_round(step_launches, "total_s")
+        out[model] = {batch: {**_layer_entry(model, profiles), **({"steps": steps} if steps else {})}}
     return out
+
+
+def stage_summary(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """One stage variant's launches: the busiest stage's pass (forward + backward of one
+    micro-batch), the busy-stage count k_eff (``sim.costs.pipeline.busy_stages``) and o, each the
+    median over every row (micro-batch counts x launches)."""
+    from sim.costs.pipeline import busy_stages
+
+    def passes(row: dict[str, Any]) -> list[float]:
+        fwd = row.get("stage_fwd_s_by_rank") or [row["stage_fwd_s"]]
+        bwd = row.get("stage_bwd_s_by_rank") or [row["stage_bwd_s"]]
+        return [f + b for f, b in zip(fwd, bwd, strict=True)]
+
+    return {"pass_s": statistics.median(max(passes(r)) for r in rows),
+            "busy_stages": statistics.median(busy_stages(passes(r)) if len(passes(r)) > 1 else float(r["ranks"])
+                                             for r in rows),
+            "overhead_per_pass_s": statistics.median(r["overhead_per_pass_s"] for r in rows)}
 
 
 def calibrate_pipeline(directory: str | Path, ranks: tuple[int, ...] = (2, 4), micro_batches: dict[str, int] | None = None,
                        rounds: int = 3, progress=print) -> dict[str, Any]:
-    """Per p in ``ranks``: the benchmark's rows and o (the median over m), into pipeline.yaml;
-    with ``micro_batches`` ({model: micro-batch size}) also those models' per-layer profiles at
-    that size (``workloads``), for ``micro_batch_calibration``. Needs the calibration's device and
-    sendrecv fits (run after ``real.calibrate.calibrate``)."""
+    """Per p in ``ranks`` and stage variant (``STAGES``): the benchmark's rows of ``rounds``
+    launches, o per row and their medians (``stage_summary``), into pipeline.yaml; with
+    ``micro_batches`` ({model: micro-batch size}) also those models' per-layer profiles and whole
+    steps at that size (``workloads``), for ``micro_batch_calibration``. Needs the calibration's
+    device and sendrecv fits (run after ``real.calibrate.calibrate``)."""
     from sim.calibration import load_calibration
     from validation.calib import calibrated_catalog, link_for
 
@@ -215,14 +274,14 @@ def calibrate_pipeline(directory: str | Path, ranks: tuple[int, ...] = (2, 4), m
         link = link_for(cal, "loopback", p, "sendrecv")
         by_stage = []
         for stage in STAGES:
-            progress(f"pipeline overhead: GPipe over {p} stages of {stage['depth']} x Linear({stage['width']}) "
-                     f"at micro-batch {stage['micro_batch']} on {p} ranks")
-            rows = measure_pipeline(p, stage=stage)
+            rows = []
+            for r in range(rounds):
+                progress(f"pipeline overhead: GPipe over {p} stages of {stage_depths(stage, p)} x Linear({stage['width']}) "
+                         f"at micro-batch {stage['micro_batch']}, round {r + 1}/{rounds}")
+                rows += measure_pipeline(p, stage=stage)
             for row in rows:
                 row["overhead_per_pass_s"] = overhead_per_pass_s(row, link, catalog, cal.device_name)
-            by_stage.append({**stage, "pass_s": statistics.median(r["stage_fwd_s"] + r["stage_bwd_s"] for r in rows),
-                             "overhead_per_pass_s": statistics.median(r["overhead_per_pass_s"] for r in rows),
-                             "rows": rows})
+            by_stage.append({**stage, **stage_summary(rows), "rows": rows})
         data["world_sizes"][p] = {"overhead_per_pass_s": by_stage[0]["overhead_per_pass_s"], "sendrecv_link": link,
                                   "by_stage": by_stage}
     atomic_write_text(Path(directory) / PIPELINE_FILE, yaml.safe_dump(data, sort_keys=False))
@@ -245,24 +304,42 @@ def micro_batch_calibration(cal):
     return replace(cal, device={**cal.device, "workloads": workloads})
 
 
-def pipeline_overhead_for(cal_dir: str | Path, ranks: int, pass_s: float | None = None) -> float:
-    """The calibrated per-pass overhead at the nearest measured pipeline depth (0 if none); with
-    ``pass_s`` (a stage's forward + backward of one micro-batch) and stages of several sizes
-    measured, linear in pass_s between them and held beyond the smallest and the largest."""
+def pipeline_overhead_for(cal_dir: str | Path, ranks: int, pass_s: float | None = None,
+                          busy: float | None = None) -> float:
+    """The calibrated per-pass overhead at the nearest measured pipeline depth (0 if none). With
+    ``pass_s`` (the busiest stage's forward + backward of one micro-batch): linear in pass_s
+    between the stage sizes measured with equal stages (held beyond the smallest and the
+    largest); with ``busy`` (the pipeline's busy-stage count k_eff) too, and unbalanced stages
+    measured: o_equal(pass_s) at k_eff = p, o_unbalanced(pass_s) at the unbalanced variants'
+    k_eff, linear in k_eff between them and held beyond."""
     path = Path(cal_dir) / PIPELINE_FILE
     if not path.exists():
         return 0.0
     sizes = {int(k): v for k, v in (yaml.safe_load(path.read_text()) or {}).get("world_sizes", {}).items()}
     if not sizes:
         return 0.0
-    entry = sizes[min(sizes, key=lambda k: (abs(k - ranks), -k))]
-    points = sorted((float(b["pass_s"]), float(b["overhead_per_pass_s"])) for b in entry.get("by_stage") or [])
-    if pass_s is None or not points:
+    p = min(sizes, key=lambda k: (abs(k - ranks), -k))
+    entry = sizes[p]
+    variants = entry.get("by_stage") or []
+    if pass_s is None or not variants:
         return float(entry["overhead_per_pass_s"])
     from validation.microbench import piecewise_linear
 
-    return piecewise_linear(points, pass_s)
+    def curve(group: list[dict[str, Any]]) -> float:
+        return piecewise_linear(sorted((float(b["pass_s"]), float(b["overhead_per_pass_s"])) for b in group), pass_s)
 
+    equal = [b for b in variants if "depths" not in b]
+    unequal = [b for b in variants if "depths" in b]
+    o_equal = curve(equal or variants)
+    if busy is None or not unequal or not equal:
+        return o_equal
+    k_unequal = statistics.median(float(b.get("busy_stages", 1.0)) for b in unequal)
+    k_equal = statistics.median(float(b.get("busy_stages", p)) for b in equal)
+    if k_equal <= k_unequal:
+        return o_equal
+    share = min(1.0, max(0.0, (busy - k_unequal) / (k_equal - k_unequal)))
+    o_unequal = curve(unequal)
+    return o_unequal + share * (o_equal - o_unequal)
 
 
 if __name__ == "__main__":

@@ -155,10 +155,13 @@ def pipeline_calibrated(scenario, cal: Calibration):
         except ConfigError:
             micro = apply_coarse_calibration(micro, mcal)
         times = [(layer.fwd_time_s, layer.bwd_time_s) for layer in micro.workload.layers]
-        to_step = stage_step_scale(cal, w.name, w.batch_size, k)
-        if to_step is not None and step_times(mcal, w.name, w.batch_size // m, k) is None:
-            # the micro-batch profile is raw (no whole step at that batch): scale it as the full
-            # batch's profile is scaled to its measured step, which holds the loss and its gradient
+        if step_times(mcal, w.name, w.batch_size // m, k) is not None:
+            return times  # already scaled to the whole step measured at the micro-batch and k
+        # the micro-batch profile is raw: scale it as the profile is scaled to its measured step
+        # (which holds the loss and its gradient), the micro-batch's own step at the nearest k
+        # with a stage's threads, else the full batch's
+        to_step = stage_step_scale(mcal, w.name, w.batch_size // m, k) or stage_step_scale(cal, w.name, w.batch_size, k)
+        if to_step is not None:
             return [(f * to_step[0], b * to_step[1]) for f, b in times]
         # no whole step measured: the loss and its gradient (the profile's iteration beyond its
         # layers) follow the last layer
@@ -178,7 +181,7 @@ def pipeline_calibrated(scenario, cal: Calibration):
                    for layer, a, b in zip(w.layers, t_lo, t_hi, strict=True))
     # the per-pass cost at this pipeline's busiest stage: one micro-batch's forward + backward
     pass_s = max(sum(x.fwd_time_s + x.bwd_time_s for x in layers[lo:hi]) / m for lo, hi in bounds)
-    strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, p, pass_s))
+    strategy = replace(scenario.strategy, pipeline_overhead_s=pipeline_overhead_for(cal.path, p, pass_s, k_eff))
     # the optimizer step from the whole-step calibration at the full batch (each stage steps its
     # own parameters: the plan takes it pro rata), at the busy-stage count's upper bracket
     opt_s = optimizer_time_s(cal, w.name, w.batch_size, hi_k)
