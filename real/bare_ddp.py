@@ -58,8 +58,9 @@ def main(argv: list[str]) -> int:
         slowest_cpu = [max(col) for col in zip(*(g[1] for g in gathered), strict=True)]
         with open(out, "w", encoding="utf-8") as fh:
             json.dump({"mean_iteration_time_s": per_iteration,
-                       "median_iteration_time_s": statistics.median(slowest),
-                       "median_iteration_cpu_s": statistics.median(slowest_cpu)}, fh)
+                       "slowest_mean_iteration_time_s": statistics.fmean(slowest),
+                       "slowest_mean_iteration_cpu_s": statistics.fmean(slowest_cpu),
+                       "median_iteration_time_s": statistics.median(slowest)}, fh)
     dist.destroy_process_group()
     return 0
 
@@ -119,5 +120,5 @@ def run_interleaved(ctx) -> dict:
             b_means.append((time.perf_counter() - t0) / job["block"])
     slowest = torch.tensor(h_times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    per_block = slowest.view(job["blocks"], job["block"]).median(dim=1).values.tolist()
-    return {"harness_block_medians_s": per_block, "bare_block_means_s": b_means} if ctx.rank == 0 else {}
+    per_block = slowest.view(job["blocks"], job["block"]).mean(dim=1).tolist()  # as the harness reports a phase
+    return {"harness_block_means_s": per_block, "bare_block_means_s": b_means} if ctx.rank == 0 else {}

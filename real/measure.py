@@ -3,24 +3,27 @@
 The row has the simulator's columns (``sim.config.scenario_columns`` and the metrics of
 ``sim.result.IterationResult.metrics()``) where they are measurable, ``source="real"``, the
 interquartile ranges, and environment columns (real/results.py). Definitions:
-- iteration_time_s: median over iterations of the slowest rank's iteration (warm-up excluded);
+- iteration_time_s: mean over iterations of the slowest rank's iteration (warm-up excluded;
+  the mean, not the median, is what a run's steps add up to: ``real.results.mean_iqr``), with
+  its IQR and, for reference, its median (``iteration_time_median_s``);
 - compute_time_s: the same with communication removed (every rank at once, sharing the cores);
   forward/backward/optimizer likewise;
 - exposed_comm_time_s = iteration_time_s - compute_time_s;
 - comm_time_s: the iteration's gradient reduction replayed alone (DDP's bucket sizes);
 - baseline_time_s: rank 0's compute-only iteration with the other ranks idle (T1);
 - iteration_cpu_time_s: CPU time of the rank's process (all threads) per iteration, slowest rank,
-  median: on a shared machine it moves less than wall time when other work competes for cores;
+  mean: on a shared machine it moves less than wall time when other work competes for cores;
 - throughput = world x batch / iteration; speedup = world x T1 / TN; efficiency = T1 / TN.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from real.config import real_scenario
-from real.results import environment_columns, median_iqr, slowest_per_iteration, step_summary
+from real.results import environment_columns, mean_iqr, slowest_per_iteration, step_summary
 from real.steal import steal_columns
 from sim.config import scenario_columns
 from sim.errors import ConfigError, require_positive
@@ -99,7 +102,7 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     world = int(raw["world"])
     samplers = int(raw.get("workers", world))  # ranks that consume samples (not a PS server; 1 for a pipeline)
     iteration = slowest_per_iteration([r["iteration"] for r in ranks])
-    it_s, it_iqr = median_iqr(iteration)
+    it_s, it_iqr = mean_iqr(iteration)
     out: dict[str, Any] = {"world_size": world}
     compute = [r["compute"] for r in ranks if r.get("compute")]
     if compute and len(compute) == len(ranks):
@@ -109,9 +112,9 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     else:
         comp_s = comp_iqr = fwd_s = bwd_s = opt_s = NAN
     comm = [r["comm"] for r in ranks if r.get("comm")]
-    comm_s, comm_iqr = median_iqr(slowest_per_iteration(comm)) if comm and len(comm) == len(ranks) else (NAN, NAN)
+    comm_s, comm_iqr = mean_iqr(slowest_per_iteration(comm)) if comm and len(comm) == len(ranks) else (NAN, NAN)
     baseline = ranks[0].get("baseline")
-    base_s = median_iqr([sum(row) for row in baseline])[0] if baseline else NAN
+    base_s = mean_iqr([sum(row) for row in baseline])[0] if baseline else NAN
     eff = base_s / it_s if it_s > 0 else NAN
     out.update({
         "iteration_time_s": it_s,
@@ -139,7 +142,8 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "memory_bytes": NAN,
         "staleness_mean": NAN,
         "iteration_time_iqr_s": it_iqr,
-        "iteration_cpu_time_s": _slowest_median(ranks, "iteration_cpu"),
+        "iteration_time_median_s": statistics.median(iteration) if iteration else NAN,
+        "iteration_cpu_time_s": _slowest_mean(ranks, "iteration_cpu"),
         "compute_time_iqr_s": comp_iqr,
         "comm_time_iqr_s": comm_iqr,
         "final_loss": _final_loss(ranks),
@@ -151,11 +155,11 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     return out
 
 
-def _slowest_median(ranks: list[dict[str, Any]], key: str) -> float:
-    """CPU seconds of the process (all its threads) per iteration: slowest rank, median."""
+def _slowest_mean(ranks: list[dict[str, Any]], key: str) -> float:
+    """CPU seconds of the process (all its threads) per iteration: slowest rank, mean."""
     if not all(r.get(key) for r in ranks):
         return NAN
-    return median_iqr(slowest_per_iteration([r[key] for r in ranks]))[0]
+    return mean_iqr(slowest_per_iteration([r[key] for r in ranks]))[0]
 
 
 def _final_loss(ranks: list[dict[str, Any]]) -> float:

@@ -63,10 +63,11 @@ def layer_times(model_name: str, batch_size: int, iterations: int, warmup: int, 
     return {
         "layers": [f"{i}_{type(c).__name__.lower()}" for i, c in enumerate(children)],
         "param_counts": [sum(p.numel() for p in c.parameters()) for c in children],
-        "fwd_s": [statistics.median(v) for v in fwd],
-        "bwd_s": [statistics.median(v) for v in bwd],
-        "iteration_wall_s": statistics.median(walls),
-        "iteration_cpu_s": statistics.median(cpus),
+        # means over iterations, as every repeated phase (real.results.mean_iqr): the step adds them up
+        "fwd_s": [statistics.fmean(v) for v in fwd],
+        "bwd_s": [statistics.fmean(v) for v in bwd],
+        "iteration_wall_s": statistics.fmean(walls),
+        "iteration_cpu_s": statistics.fmean(cpus),
         "threads": torch.get_num_threads(),
     }
 

@@ -16,14 +16,24 @@ from scalebench.fileio import atomic_write_json, atomic_write_text
 NO_LATENCY_NOTE = "no added latency (netem is not available; tbf/htb shape rate only)"
 
 
-def median_iqr(values: list[float]) -> tuple[float, float]:
-    """Median and interquartile range (p75 - p25, inclusive quantiles); NaN for no values."""
+def mean_iqr(values: list[float]) -> tuple[float, float]:
+    """The time of a repeated phase: the mean over its timed repetitions, and their interquartile
+    range (p75 - p25, inclusive quantiles); NaN for no values.
+
+    The mean, not the median: a training run lasts the sum of its steps and a step the sum of
+    its collectives, so the expected value is what adds up, and what the simulator's summed
+    costs predict. On shared cores a collective's time is bimodal (2 ranks, 0.25 MiB allreduce:
+    0.5 ms or 2-4 ms, the slow mode in 30-50% of repetitions), so its median is the fast mode
+    or the slow one by a coin's toss and tells nothing about a sum: ten such allreduces took
+    14.4 ms on average where 10 x the single one's median said 5.1 ms and 10 x its mean 14.6
+    (2026-11-25, the probe behind docs/validation.md). Slow launches are outvoted a level up,
+    by the median over separate launches (``real.calibrate.median_round``)."""
     if not values:
         return float("nan"), float("nan")
     if len(values) == 1:
         return float(values[0]), 0.0
     q = statistics.quantiles(values, n=4, method="inclusive")
-    return float(statistics.median(values)), float(q[2] - q[0])
+    return float(statistics.fmean(values)), float(q[2] - q[0])
 
 
 def slowest_per_iteration(per_rank: list[list[float]]) -> list[float]:
@@ -32,11 +42,12 @@ def slowest_per_iteration(per_rank: list[list[float]]) -> list[float]:
 
 
 def step_summary(per_rank: list[list[list[float]]]) -> dict[str, float]:
-    """Per-rank rows of [forward, backward, optimizer] seconds per repetition -> the medians of
-    each part and of the whole step, every repetition counted as its slowest rank (a median of
-    sums is not the sum of the parts' medians: ``total_s`` is the former)."""
-    parts = [median_iqr(slowest_per_iteration([[row[k] for row in rows] for rows in per_rank]))[0] for k in range(3)]
-    total, iqr = median_iqr(slowest_per_iteration([[sum(row) for row in rows] for rows in per_rank]))
+    """Per-rank rows of [forward, backward, optimizer] seconds per repetition -> the mean
+    (``mean_iqr``) of each part and of the whole step, every repetition counted as its slowest
+    rank (the slowest rank of the sum need not be the slowest of each part: ``total_s`` is the
+    former)."""
+    parts = [mean_iqr(slowest_per_iteration([[row[k] for row in rows] for rows in per_rank]))[0] for k in range(3)]
+    total, iqr = mean_iqr(slowest_per_iteration([[sum(row) for row in rows] for rows in per_rank]))
     return {"fwd_s": parts[0], "bwd_s": parts[1], "opt_s": parts[2], "total_s": total, "total_iqr_s": iqr}
 
 

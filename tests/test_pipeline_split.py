@@ -321,8 +321,8 @@ def test_pipeline_overhead_moves_from_unbalanced_to_equal_stages_with_the_busy_s
 
 
 def test_bench_stage_times_keep_the_ranks_ratios_at_the_slowest_ranks_level():
-    """Own-clock medians give the stages' ratios; the busiest stage's pass is set to the
-    slowest-rank median (which holds the waits for a core)."""
+    """Own-clock means give the stages' ratios; the busiest stage's pass is set to the
+    slowest-rank mean (which holds the waits for a core)."""
     from validation.pipeline_bench import stage_summary, stage_times_by_rank
 
     row = {"ranks": 2, "stage_fwd_s": 2e-3, "stage_bwd_s": 4e-3}

@@ -67,9 +67,14 @@ def test_sim_metrics_list_is_what_we_claim():
                                  {"iteration": [1.5, 1.0], "compute": [[0.2, 0.2, 0.1]] * 2, "comm": [0.4, 0.6]}]}
     row = metrics_from_ranks(raw, 8)
     assert set(sim_row) <= set(row)
-    assert row["iteration_time_s"] == pytest.approx(1.75)  # slowest per iteration: 1.5, 2.0 -> median
+    assert row["iteration_time_s"] == pytest.approx(1.75)  # slowest per iteration: 1.5, 2.0 -> mean
+    assert row["iteration_time_median_s"] == pytest.approx(1.75)
     assert row["compute_time_s"] == pytest.approx(0.5)
     assert row["baseline_time_s"] == pytest.approx(0.4)
+    bimodal = {"world": 2, "ranks": [{"iteration": [1.0, 1.0, 4.0]}, {"iteration": [0.5, 1.0, 1.0]}]}
+    row = metrics_from_ranks(bimodal, 8)
+    assert row["iteration_time_s"] == pytest.approx(2.0)  # the mean of 1, 1, 4: what three steps add up to
+    assert row["iteration_time_median_s"] == pytest.approx(1.0)
 
 
 def test_measure_point_row_and_environment():

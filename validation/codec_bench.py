@@ -8,7 +8,7 @@ allgather path decodes every rank's part. So we time the hooks' own functions
 ``allgather_decode``) on synthetic buckets of 2^17, 2^19 and 2^21 fp32 elements (not the
 validation models' buckets), with k ranks co-located on the machine's cores, each running the
 harness' torch threads (max(1, cores // k)) and timing at the same moment (barrier before each
-repeat, slowest rank's median), and write per world size k:
+repeat, slowest rank's mean), and write per world size k:
   encode_ns_per_elem = t_encode / E                     (the work before the collective)
   decode_ns_per_elem = t_decode / (copies x E)          (the work after it, per decoded copy)
 with copies = k for the allgather formats (every rank's part is decoded and summed) and 1 for
@@ -49,7 +49,7 @@ def _hook_ops(buffer, fmt, world: int):
 
 
 def run_ops(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """One rank's rows: (codec, elems, world, encode_s, decode_s), each the median over repeats of
+    """One rank's rows: (codec, elems, world, encode_s, decode_s), each the mean over repeats of
     the slowest rank (validation.microbench._timed)."""
     import torch
     import torch.distributed as dist

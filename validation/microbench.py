@@ -37,8 +37,8 @@ SIZES_ELEMS = (2**16, 2**18, 2**20)
 
 def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterations: int = 1000, *,
            own: bool = False) -> float:
-    """Median over repetitions of the slowest rank (each started after a barrier; ``own``: of
-    this rank's own times); at least ``iterations`` and enough to last ``min_time_s``
+    """Mean over repetitions of the slowest rank (each started after a barrier; ``own``: of
+    this rank's own times; the mean, as every repeated phase: ``real.results.mean_iqr``); at least ``iterations`` and enough to last ``min_time_s``
     (real/timing.py)."""
     import torch
     import torch.distributed as dist
@@ -56,10 +56,10 @@ def _timed(fn, iterations: int, warmup: int, min_time_s: float = 1.0, max_iterat
                                       "max_iterations": max_iterations})
     times = [once() for _ in range(count)]
     if own:
-        return statistics.median(times)
+        return statistics.fmean(times)
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return statistics.median(slowest.tolist())
+    return statistics.fmean(slowest.tolist())
 
 
 def _framework_overhead(job) -> list[dict[str, Any]]:
@@ -135,7 +135,7 @@ def _rank_main(job_file: str) -> None:
                     times.append(time.perf_counter() - t0)
             slowest = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            out.append({"dtype": name, "elems": elems, "time_s": statistics.median(slowest.tolist())})
+            out.append({"dtype": name, "elems": elems, "time_s": statistics.fmean(slowest.tolist())})
     if dist.get_rank() == 0:
         Path(job["out"]).write_text(json.dumps(out))
     dist.barrier()

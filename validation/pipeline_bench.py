@@ -2,7 +2,7 @@
 
 A pipeline of p stages (one Linear(16, 16) each, so compute is ~0.1 ms, and heavier ones:
 ``STAGES``) on p co-located gloo ranks, GPipe with m micro-batches, is timed per
-``schedule.step`` (median over iterations of the slowest rank). Each rank also times its stage's own forward and backward of
+``schedule.step`` (mean over iterations of the slowest rank). Each rank also times its stage's own forward and backward of
 one micro-batch without the schedule, all ranks at once (so with the same co-location). The
 simulator, given those stage times and the calibrated ``sendrecv`` link at p ranks, predicts the
 flush T(o) for a per-pass overhead o (``strategy.pipeline_overhead_s``); with equal stages and
@@ -85,9 +85,9 @@ def _rank_main(job_file: str) -> None:
 
 
 def stage_times_by_rank(row: dict[str, Any], own_fwd_s: list[float], own_bwd_s: list[float]) -> dict[str, list[float]]:
-    """Each stage's forward and backward of one micro-batch: the ranks' own medians (their
+    """Each stage's forward and backward of one micro-batch: the ranks' own means (their
     ratios: an unbalanced pipeline's light stages) scaled so the busiest stage's pass equals the
-    slowest-rank median (``stage_fwd_s`` + ``stage_bwd_s``, which holds the waits for a core:
+    slowest-rank mean (``stage_fwd_s`` + ``stage_bwd_s``, which holds the waits for a core:
     4 balanced stages on 2 cores read ~3 ms each on their own clocks, ~5 ms slowest-of-4)."""
     own_pass = [f + b for f, b in zip(own_fwd_s, own_bwd_s, strict=True)]
     busiest = max(own_pass)
@@ -116,7 +116,7 @@ def stage_module(width: int, depth: int):
 
 def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int, *, width: int = WIDTH,
                micro_batch: int = MICRO_BATCH) -> dict[str, Any]:
-    """One micro-batch count: the schedule's step (slowest rank, median) and its CPU seconds on
+    """One micro-batch count: the schedule's step (slowest rank, mean) and its CPU seconds on
     this rank, then the stage's own forward and backward of one micro-batch without the schedule."""
     import torch
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
