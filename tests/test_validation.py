@@ -467,7 +467,7 @@ def test_stall_enters_ddp_and_ps_points_once_per_step_and_not_one_rank(tmp_path)
     ("10gbit", 5_345_280, 30e-3, False),
 ])
 def test_the_emulators_bucket_carries_an_iteration_only_when_it_fits_and_refills(link, bytes_, iteration_s, carried):
-    from validation.points import bucket_carries
+    from validation.calib import bucket_carries
 
     assert bucket_carries(link, bytes_, iteration_s) is carried
 

@@ -29,7 +29,7 @@ from sim.costs.pipeline import busy_stages
 from sim.engine.pipeline_plan import stage_bounds
 from sim.errors import ConfigError
 from sim.workload import Layer
-from validation.calib import fitted_ranks, framework_overhead_s, link_for
+from validation.calib import bucket_carries, fitted_ranks, framework_overhead_s, link_for
 from validation.codec_bench import codec_ops_for
 from validation.config import Point
 from validation.microbench import reduce_ns_for
@@ -315,17 +315,3 @@ def predict(point: Point, cal: Calibration, catalog: Catalog) -> dict[str, Any]:
             scenario, row = free, free_row
     row["intra_link"] = scenario.cluster.intra_link.name
     return row
-
-
-def bucket_carries(link: str, bytes_per_iteration: float, iteration_s: float) -> bool:
-    """Whether the emulated link's token bucket (real/netem.py: one tbf of rate R and burst B
-    that every flow shares) lets an iteration's traffic V through at the unshaped speed: V <= B
-    and V <= R x the iteration (the bucket refills between iterations). The link fits are taken
-    back to back at sizes up to MiBs and pay the rate; a real link of rate R has no such bucket.
-    The mlp's DDP step on 4 ranks moves 14.6 KB per iteration of ~2.8 ms: at 100 Mbit/s that is
-    1.2 ms at the rate, 0 through a bucket of 133 KB that refills 35 KB per iteration (predicted
-    on the rate: +26-30% in the runs of 2026-11-23)."""
-    from real.netem import burst_bytes, parse_rate
-
-    rate_Bps = parse_rate(link) / 8
-    return bytes_per_iteration <= burst_bytes(rate_Bps * 8) and bytes_per_iteration <= rate_Bps * iteration_s

@@ -132,17 +132,10 @@ def network_all(cfg: ValidationConfig, cal, *, remeasure: bool, progress=print) 
         rows = network_rows(cal, cfg.network, timeout_s=cfg.timeout_s, progress=progress)
         atomic_write_json(path, {"rows": rows})
         return rows
-    from sim.cluster import Cluster
-    from validation.calib import calibrated_catalog, link_for, predict_collective_s
+    from validation.calib import calibrated_catalog, held_out_row
 
     catalog = calibrated_catalog(cal)
-    for r in cached:  # predictions follow the current model
-        link = catalog.link(link_for(cal, r["link"], r["ranks"], r["collective"]))
-        cluster = Cluster(nodes=1, gpus_per_node=r["ranks"], gpu=catalog.gpu(cal.device_name), intra_link=link,
-                          inter_link=link)
-        r["predicted_s"] = predict_collective_s(r["collective"], r["size_bytes"], cluster)
-        r["rel_error"] = (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
-    return cached
+    return [held_out_row(cal, catalog, r) for r in cached]  # predictions follow the current model
 
 
 def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasure: bool = False,
