@@ -90,6 +90,19 @@ def profile_steps(models: list[str], batches: dict[str, int], k: int, *, iterati
     return out
 
 
+def profile_step_round(models: list[str], batches: dict[str, int], colocated: tuple[int, ...], *, iterations: int,
+                       warmup: int, timeout_s: float, min_time_s: float, max_iterations: int, progress=print,
+                       label: str = "") -> dict[str, dict[int, dict[str, Any]]]:
+    """One launch of the whole compute-only step per k in ``colocated`` (and 1): {model: {k: entry}}."""
+    out: dict[str, dict[int, dict[str, Any]]] = {m: {} for m in models}
+    for k in sorted(set(colocated) | {1}):
+        progress(f"whole compute-only steps with {k} co-located rank(s){label}")
+        for m, entry in profile_steps(models, batches, k, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
+                                      min_time_s=min_time_s, max_iterations=max_iterations).items():
+            out[m][k] = entry
+    return out
+
+
 def median_round(entries: list[dict[str, Any]], key: str) -> dict[str, Any]:
     """The entry whose ``key`` is the median of the rounds (the lower one of an even count), with
     every round's value beside it (``rounds_<key>``). Rounds are separate launches minutes apart:
@@ -169,11 +182,11 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
             profiles[entry["model"]][k] = entry
     rounds: dict[str, dict[int, list[dict[str, Any]]]] = {m: {} for m in models}
     for r in range(step_rounds):
-        for k in sorted(set(colocated) | {1}):
-            progress(f"whole compute-only steps with {k} co-located rank(s), round {r + 1}/{step_rounds}")
-            for m, entry in profile_steps(models, batches, k, iterations=iterations, warmup=warmup,
+        for m, by_k in profile_step_round(models, batches, colocated, iterations=iterations, warmup=warmup,
                                           timeout_s=timeout_s, min_time_s=2 * min_time_s,
-                                          max_iterations=max_iterations).items():
+                                          max_iterations=max_iterations, progress=progress,
+                                          label=f", round {r + 1}/{step_rounds}").items():
+            for k, entry in by_k.items():
                 rounds[m].setdefault(k, []).append(entry)
     steps = {m: {k: median_round(entries, "total_s") for k, entries in by_k.items()} for m, by_k in rounds.items()}
     slowdown = {k: statistics.fmean(profiles[m][k]["iteration_wall_s"] / profiles[m][1]["iteration_wall_s"]

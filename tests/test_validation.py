@@ -306,9 +306,53 @@ def test_measure_all_runs_rounds_one_after_the_other_and_resumes(tmp_path, monke
     assert said == []
 
 
+def test_step_profiles_before_each_round_feed_the_predictions(tmp_path, monkeypatch):
+    """With measure.step_profiles, the whole step is profiled once before each round (not again
+    on resume) and each (model, k) step predicted from is the median of those launches."""
+    import real.calibrate
+    import real.measure
+    from sim.calibration import Calibration
+    from validation.run import STEPS_FILE, measure_all, with_round_steps
+
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 10},
+            "measure": {"rounds": 3, "step_profiles": True}, "calibration": {"models": ["mlp"], "colocated": [2]},
+            "sweeps": [{"model": "mlp", "ranks": 2}]}
+    cfg = load_validation_config(_write(tmp_path, spec))
+    totals = iter([0.30e-3, 0.20e-3, 0.50e-3, 0.40e-3, 0.35e-3, 0.25e-3])
+    calls: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+
+    def fake_round(models, batches, colocated, **kw):
+        calls.append((tuple(models), tuple(colocated)))
+        return {m: {k: {"fwd_s": 0.0, "bwd_s": 0.0, "opt_s": 0.0, "total_s": next(totals)} for k in (1, *colocated)}
+                for m in models}
+
+    monkeypatch.setattr(real.calibrate, "profile_step_round", fake_round)
+    monkeypatch.setattr(real.measure, "measure_point", lambda spec, **kw: {"iteration_time_s": 1e-3})
+    said: list[str] = []
+    measure_all(cfg, remeasure=True, progress=said.append)
+    assert calls == [(("mlp",), (2,))] * 3
+    assert [s.split(" measuring")[0] for s in said] == ["round 1/3 [1/1]", "round 2/3 [1/1]", "round 3/3 [1/1]"]
+    rounds = json.loads((cfg.out / STEPS_FILE).read_text())["rounds"]
+    assert [r["mlp"]["2"]["total_s"] for r in rounds] == [0.20e-3, 0.40e-3, 0.25e-3]
+    measure_all(cfg, remeasure=False, progress=said.append)  # all rounds done: no profile, no point
+    assert len(calls) == 3
+
+    cal = Calibration(path=tmp_path, links={}, device={"workloads": {"mlp": {64: {"steps": {
+        1: {"fwd_s": 0.0, "bwd_s": 0.0, "opt_s": 0.0, "total_s": 0.9e-3},
+        2: {"fwd_s": 0.0, "bwd_s": 0.0, "opt_s": 0.0, "total_s": 0.6e-3},
+        4: {"fwd_s": 0.0, "bwd_s": 0.0, "opt_s": 0.0, "total_s": 0.7e-3}}}}}})
+    steps = with_round_steps(cal, rounds).device["workloads"]["mlp"][64]["steps"]
+    assert steps[1]["total_s"] == 0.35e-3 and steps[1]["rounds_total_s"] == [0.30e-3, 0.50e-3, 0.35e-3]
+    assert steps[2]["total_s"] == 0.25e-3 and steps[2]["calibration_total_s"] == 0.6e-3
+    assert steps[4]["total_s"] == 0.7e-3  # never profiled in the rounds: the calibration's value
+    assert cal.device["workloads"]["mlp"][64]["steps"][2]["total_s"] == 0.6e-3  # the loaded calibration untouched
+    assert with_round_steps(cal, []) is cal
+
+
 @pytest.mark.parametrize(("patch", "field"), [
     ({"measure": {"rounds": 0}}, "measure.rounds"),
     ({"calibration": {"step_rounds": 0}}, "calibration.step_rounds"),
+    ({"measure": {"step_profiles": "yes"}}, "measure.step_profiles"),
 ])
 def test_round_settings_are_checked(tmp_path, patch, field):
     with pytest.raises(ConfigError) as err:

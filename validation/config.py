@@ -19,7 +19,7 @@ from sim.errors import ConfigError, reject_unknown_keys, require_choice, require
 CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibration", "network",
                "batch_sizes", "defaults", "sweeps")
 THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
-MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations", "rounds")
+MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations", "rounds", "step_profiles")
 CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "step_rounds",
                     "comm_rounds",
                     "codec_ranks",
@@ -88,6 +88,10 @@ class ValidationConfig:
     rounds: int = 1
     """Each point is measured in this many separate launches, all points of a round before the
     next round (minutes apart); the launch with the median iteration time is compared."""
+    step_profiles: bool = False
+    """Profile the whole compute-only step (the calibration's ``steps``) once more just before
+    each round, and predict with the median of those launches: the points' rounds and the step
+    they are predicted from then sample the same hour of a machine whose speed drifts."""
     calibration: dict[str, Any]
     network: dict[str, Any]
     points: tuple[Point, ...]
@@ -182,6 +186,9 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
     worst = threshold.get("worst_percent")
     worst = None if worst is None else float(require_positive("threshold.worst_percent", worst))
     measure = _section(spec, "measure", MEASURE_KEYS)
+    step_profiles = measure.get("step_profiles", False)
+    if not isinstance(step_profiles, bool):
+        raise ConfigError("measure.step_profiles", step_profiles, "true or false")
     calibration = _section(spec, "calibration", CALIBRATION_KEYS)
     network = _section(spec, "network", NETWORK_KEYS)
     for key in ("step_rounds", "comm_rounds"):
@@ -216,6 +223,7 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
         max_iterations=require_positive("measure.max_iterations", measure.get("max_iterations", 0), integer=True,
                                         allow_zero=True),
         rounds=require_positive("measure.rounds", measure.get("rounds", 1), integer=True),
+        step_profiles=step_profiles,
         calibration=calibration,
         network=network,
         points=tuple(points),

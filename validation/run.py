@@ -19,6 +19,7 @@ from validation.summary import GROUP_COLUMNS, format_table, summarize, verdict
 NAN = float("nan")
 MEASURED_FILE = "measured.json"
 NETWORK_FILE = "network_measured.json"
+STEPS_FILE = "steps_measured.json"
 METRICS = ("compute_time_s", "exposed_comm_time_s", "comm_time_s", "forward_time_s", "backward_time_s",
            "optimizer_time_s")
 
@@ -64,13 +65,18 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print) -> di
         if gap:
             cache[point.id] = {"status": "skipped", "note": gap}
     todo = [p for p in cfg.points if cache.get(p.id, {}).get("status") not in ("skipped", "failed")]
+    steps_path = cfg.out / STEPS_FILE
+    step_rounds: list[Any] = [] if remeasure else _load(steps_path).get("rounds", [])
     for rnd in range(cfg.rounds):
+        if cfg.step_profiles and len(step_rounds) <= rnd and any(_rounds_done(cache.get(p.id, {})) <= rnd for p in todo):
+            step_rounds.append(_profile_steps_now(cfg, f" (before round {rnd + 1}/{cfg.rounds})", progress))
+            atomic_write_json(steps_path, {"rounds": step_rounds})
         for i, point in enumerate(todo):
             entry = cache.get(point.id, {})
             if entry.get("status") == "failed":
                 continue
             done = entry.get("rounds") or ([entry["row"]] if entry.get("status") == "measured" else [])
-            if len(done) > rnd:
+            if _rounds_done(entry) > rnd:
                 continue
             where = f"round {rnd + 1}/{cfg.rounds} " if cfg.rounds > 1 else ""
             progress(f"{where}[{i + 1}/{len(todo)}] measuring {point.id}")
@@ -90,6 +96,53 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print) -> di
             atomic_write_json(path, cache)
     atomic_write_json(path, cache)
     return cache
+
+
+def _rounds_done(entry: dict[str, Any]) -> int:
+    if entry.get("status") == "failed":
+        return 1 << 30  # never measured again
+    return len(entry.get("rounds") or ([entry["row"]] if entry.get("status") == "measured" else []))
+
+
+def _profile_steps_now(cfg: ValidationConfig, label: str, progress) -> dict[str, dict[str, Any]]:
+    """One launch of the calibration's whole-step profile per (model, k), with the calibration's
+    settings: {model: {k: entry}} (JSON keys), empty where the launch failed."""
+    from real.calibrate import DEFAULT_BATCH, profile_step_round
+    from real.launch import RunFailed
+
+    settings = cfg.calibration
+    models = list(settings.get("models", ["mlp", "small_cnn", "small_transformer"]))
+    try:
+        got = profile_step_round(models, {m: DEFAULT_BATCH.get(m, 16) for m in models},
+                                 tuple(settings.get("colocated", (1, 2, 4))),
+                                 iterations=int(settings.get("iterations", 8)), warmup=2, timeout_s=60,
+                                 min_time_s=1.0, max_iterations=200, progress=progress, label=label)
+    except RunFailed as err:
+        progress(f"  step profile failed, the calibration's steps stand: {str(err).splitlines()[0]}")
+        return {}
+    return {m: {str(k): e for k, e in by_k.items()} for m, by_k in got.items()}
+
+
+def with_round_steps(cal, step_rounds: list[dict[str, dict[str, Any]]]):
+    """``cal`` with each calibrated (model, k) step replaced by the median (``median_round``) of
+    the launches taken before the measurement rounds; the calibration's own value is kept beside
+    it (``calibration_total_s``). Without such launches, ``cal`` itself."""
+    import copy
+    from dataclasses import replace
+
+    from real.calibrate import median_round
+
+    if not any(step_rounds):
+        return cal
+    device = copy.deepcopy(cal.device)
+    for model, by_batch in (device.get("workloads") or {}).items():
+        for entry in by_batch.values():
+            steps = entry.get("steps") or {}
+            for k in list(steps):
+                launches = [r[model][str(k)] for r in step_rounds if str(k) in r.get(model, {})]
+                if launches:
+                    steps[k] = {**median_round(launches, "total_s"), "calibration_total_s": steps[k]["total_s"]}
+    return replace(cal, device=device)
 
 
 def compare(cfg: ValidationConfig, measured: dict[str, dict[str, Any]], cal, catalog) -> list[dict[str, Any]]:
@@ -148,7 +201,8 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
     cal = ensure_calibration(cal_dir, cfg.calibration, recalibrate=recalibrate, progress=progress)
     catalog = calibrated_catalog(cal)
     measured = measure_all(cfg, remeasure=remeasure, progress=progress)
-    rows = compare(cfg, measured, cal, catalog)
+    step_rounds = _load(cfg.out / STEPS_FILE).get("rounds", []) if cfg.step_profiles else []
+    rows = compare(cfg, measured, with_round_steps(cal, step_rounds), catalog)
     network = network_all(cfg, cal, remeasure=remeasure, progress=progress)
     stats = summarize(rows, GROUP_COLUMNS)
     overall = stats[0]
@@ -157,7 +211,10 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
     skipped = [r for r in rows if r["status"] != "measured"]
     text = (f"# Validation: {cfg.name}\n\nConfig: {cfg.path}; calibration: {cal.path} "
             f"(compute from per-layer profiles, network from collective microbenchmarks; no point's own "
-            f"measurement is used to predict it).\n\n## Iteration time, simulated vs measured\n\n"
+            f"measurement is used to predict it)"
+            + (f"; the whole compute-only steps from the median of {len(step_rounds)} launches, one before each "
+               f"measurement round ({STEPS_FILE})" if any(step_rounds) else "")
+            + ".\n\n## Iteration time, simulated vs measured\n\n"
             + format_table(stats)
             + f"\nThresholds: MAPE <= {cfg.mape_percent:g}%"
             + (f", worst <= {cfg.worst_percent:g}%" if cfg.worst_percent else "")
