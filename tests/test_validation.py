@@ -442,7 +442,7 @@ def test_stall_settings_are_checked(tmp_path, patch, field):
     assert field in err.value.field
 
 
-def test_stall_is_in_situ_minus_back_to_back_averaged_over_sizes_and_clipped():
+def test_stall_is_in_situ_minus_back_to_back_per_size_and_clipped():
     from validation.stall_bench import STALL_SIZES_BYTES, stall_entry
 
     small, big = STALL_SIZES_BYTES
@@ -455,6 +455,47 @@ def test_stall_is_in_situ_minus_back_to_back_averaged_over_sizes_and_clipped():
     assert entry["stall_s"][16.0] == pytest.approx(((2.35 - 0.35) + (3.0 - 1.0)) / 2 * 1e-3)
     assert entry["stall_s"][0.25] == 0.0
     assert list(entry["stall_s"]) == [0.25, 1.0, 16.0]
+    by_size = entry["stall_by_size_s"]
+    assert by_size[small][1.0] == pytest.approx(0.25e-3) and by_size[big][1.0] == pytest.approx(0.4e-3)
+    assert by_size[small][0.25] == 0.0 and by_size[big][0.25] == 0.0
+    assert entry["stall_s"][16.0] == pytest.approx((by_size[small][16.0] + by_size[big][16.0]) / 2)
+
+
+def _stall_file(cal_dir: Path, *, with_by_size: bool = True) -> None:
+    """2 ranks: back to back 1 KiB 1.4 ms, 1 MiB 1.6 ms; after 0.25 ms of compute 1 KiB no longer
+    (1.39 ms), 1 MiB +0.7 ms; after 16 ms both +2.5 ms (the shape of 2026-11-25's calibration)."""
+    from validation.stall_bench import stall_entry
+
+    small, big = 1024, 1024 * 1024
+    hot = [{small: 1.4e-3, big: 1.6e-3}]
+    in_situ = {0.25: [{small: 1.39e-3, big: 2.3e-3}], 16.0: [{small: 3.9e-3, big: 4.1e-3}]}
+    entry = stall_entry(hot, in_situ)
+    if not with_by_size:  # a file written before stall_by_size_s
+        entry.pop("stall_by_size_s")
+    cal_dir.mkdir(parents=True, exist_ok=True)
+    (cal_dir / "comm_stall.yaml").write_text(yaml.safe_dump({"world_sizes": {2: entry}}))
+
+
+@pytest.mark.parametrize("with_by_size", [True, False])
+@given(size=st.floats(1.0, 1e9), burst_ms=st.floats(0.0, 40.0))
+def test_stall_depends_on_the_first_collective_size_in_log_bytes(tmp_path_factory, with_by_size, size, burst_ms):
+    """stall(b, S): per measured size linear in b, between the sizes linear in log S, held
+    outside them; files without per-size stalls give the same (from their medians); without a
+    size, the mean of the sizes."""
+    import math
+
+    from validation.stall_bench import interpolate_stall_s, stall_for
+
+    cal_dir = tmp_path_factory.mktemp("cal")
+    _stall_file(cal_dir, with_by_size=with_by_size)
+    small_curve, big_curve = {0.25: 0.0, 16.0: 2.5e-3}, {0.25: 0.7e-3, 16.0: 2.5e-3}
+    burst_s = burst_ms / 1e3
+    lo, hi = interpolate_stall_s(small_curve, burst_s), interpolate_stall_s(big_curve, burst_s)
+    share = min(1.0, max(0.0, (math.log(size) - math.log(1024)) / (math.log(2**20) - math.log(1024))))
+    assert stall_for(cal_dir, 2, burst_s, size) == pytest.approx(lo + share * (hi - lo), abs=1e-12)
+    assert stall_for(cal_dir, 2, burst_s) == pytest.approx((lo + hi) / 2, abs=1e-12)
+    assert stall_for(cal_dir, 1, burst_s, size) == 0.0
+    assert min(lo, hi) - 1e-12 <= stall_for(cal_dir, 4, burst_s, size) <= max(lo, hi) + 1e-12  # nearest n: 2
 
 
 @given(st.floats(0, 0.1))
@@ -501,6 +542,46 @@ def test_stall_enters_ddp_and_ps_points_once_per_step_and_not_one_rank(tmp_path)
         assert step.fwd_time_s == pytest.approx(1e-3 + 3e-3 * (compute_s - 1e-3) / 99e-3)
         assert step.bwd_time_s == 0 and step.param_count == 0
     assert stall_layers(Point(group="s", ranks=1, strategy="ddp", **base)) == []
+
+
+@pytest.mark.parametrize(("strategy", "bucket_mib", "codec", "expected_bytes"), [
+    ("ddp", 25.0, "fp32", None),                   # one bucket: the whole gradient
+    ("ddp", 0.001, "fp32", "first"),               # the first (last layers') 1 KiB bucket of several
+    ("ddp", 25.0, "fp16", 0.5),                    # half the bytes on the wire
+    ("ddp", 25.0, "fp8", 0.25 + 4 / 4),            # a byte per element plus its scale
+    ("ps_sync", 0.25, "fp32", None),               # the server takes the flat gradient at once
+])
+def test_stall_is_taken_at_the_first_collectives_wire_bytes(tmp_path, strategy, bucket_mib, codec, expected_bytes):
+    from sim.calibration import load_calibration
+    from sim.engine.plan import build_plan
+    from validation.calib import calibrated_catalog
+    from validation.config import Point
+    from validation.points import first_collective_bytes, sim_scenario
+    from validation.stall_bench import stall_for
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    _stall_file(cal_dir)
+    cal = load_calibration(cal_dir)
+    catalog = calibrated_catalog(cal)
+    point = Point(group="s", model="mlp", batch_size=64, ranks=2, link="loopback", strategy=strategy, overlap=True,
+                  bucket_mib=bucket_mib, codec=codec, microbatches=4)
+    scenario = sim_scenario(point, cal, catalog)
+    layers = [x for x in scenario.workload.layers if x.kind != "overhead"]
+    grad_bytes = 4.0 * sum(x.param_count for x in layers)
+    buckets = build_plan(scenario).buckets
+    got = first_collective_bytes(scenario)
+    if expected_bytes is None:
+        assert got == pytest.approx(grad_bytes)
+    elif expected_bytes == "first":
+        assert len(buckets) > 1 and got == pytest.approx(buckets[0].n_bytes) and got < grad_bytes
+    elif codec == "fp8":
+        assert got == pytest.approx(grad_bytes / 4)  # scales are per bucket, not per element
+    else:
+        assert got == pytest.approx(grad_bytes * expected_bytes)
+    (step,) = [x for x in scenario.workload.layers if x.name == "comm_stall"]
+    compute_s = sum(x.fwd_time_s + x.bwd_time_s for x in layers)
+    assert step.fwd_time_s == pytest.approx(stall_for(cal_dir, 2, compute_s, got))
 
 
 @pytest.mark.parametrize(("link", "bytes_", "iteration_s", "carried"), [

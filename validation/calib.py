@@ -305,7 +305,8 @@ def framework_overhead_s(cal: Calibration, ranks: int) -> float:
     wire_s = stall_s = 0.0
     if k > 1:  # one rank sends nothing in the simulator
         cluster = fitted_cluster(cal, calibrated_catalog(cal), "loopback", k)
-        wire_s = predict_collective_s("allreduce", float(entry.get("gradient_bytes", FRAMEWORK_GRADIENT_BYTES)), cluster)
+        gradient_bytes = float(entry.get("gradient_bytes", FRAMEWORK_GRADIENT_BYTES))
+        wire_s = predict_collective_s("allreduce", gradient_bytes, cluster)
         # its allreduce follows the one-layer step's compute: the model adds that stall itself
-        stall_s = stall_for(cal.path, k, float(entry["local_step_s"]))
+        stall_s = stall_for(cal.path, k, float(entry["local_step_s"]), gradient_bytes)
     return max(0.0, float(entry["ddp_step_s"]) - float(entry["local_step_s"]) - wire_s - stall_s)

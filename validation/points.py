@@ -128,10 +128,25 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     if point.strategy in ("ddp", "ps_sync"):
         # the stall of the step's first collective after its compute (validation/stall_bench.py)
         burst_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in scenario.workload.layers)
-        scenario = with_overhead_step(scenario, "comm_stall", stall_for(cal.path, point.ranks, burst_s))
+        stall_s = stall_for(cal.path, point.ranks, burst_s, first_collective_bytes(scenario))
+        scenario = with_overhead_step(scenario, "comm_stall", stall_s)
     if point.strategy == "ddp":
         scenario = with_overhead_step(scenario, "ddp_framework", framework_overhead_s(cal, point.ranks))
     return scenario
+
+
+def first_collective_bytes(scenario) -> float:
+    """Wire bytes one rank contributes to the iteration's first collective: the first gradient
+    bucket (DDP; the whole flat gradient for the parameter server, which is one bucket after
+    backward) in the codec's wire format (bytes per element / the gradient's)."""
+    from sim.engine.plan import build_plan
+
+    buckets = build_plan(scenario).buckets
+    strategy = scenario.strategy
+    n_bytes = sum(b.n_bytes for b in buckets) if strategy.collective == "ps" else buckets[0].n_bytes
+    if strategy.codec:
+        n_bytes *= CODECS[strategy.codec].bytes_per_elem / strategy.grad_bytes_per_param
+    return n_bytes
 
 
 def pipeline_calibrated(scenario, cal: Calibration):
