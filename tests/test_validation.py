@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from scalebench.cli import main
 from sim.errors import ConfigError
 from validation.config import load_validation_config
-from validation.summary import group_stats, relative_error, summarize, verdict, worst_points
+from validation.summary import (
+    group_stats,
+    relative_error,
+    repeatability_text,
+    round_spread,
+    summarize,
+    verdict,
+    worst_points,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -612,3 +620,31 @@ def test_points_on_a_bucket_carried_link_are_predicted_on_the_unshaped_fit(tmp_p
     shaped, unshaped = predict(Point(link="100mbit", **base), cal, catalog), predict(Point(link="loopback", **base), cal, catalog)
     assert shaped["intra_link"] == unshaped["intra_link"] == "gloo_loopback_n2"
     assert shaped["iteration_time_s"] == pytest.approx(unshaped["iteration_time_s"])
+
+
+@given(st.lists(st.floats(1e-4, 10.0), min_size=2, max_size=7), st.floats(0.1, 10.0))
+def test_round_spread_is_range_over_median_and_scale_free(times, scale):
+    import statistics
+
+    got = round_spread(times)
+    assert got == pytest.approx((max(times) - min(times)) / statistics.median(times))
+    assert got >= 0
+    assert round_spread([t * scale for t in times]) == pytest.approx(got)
+
+
+def test_round_spread_needs_two_launches():
+    assert math.isnan(round_spread([]))
+    assert math.isnan(round_spread([0.02]))
+    assert math.isnan(round_spread([0.02, float("nan")]))
+
+
+def test_repeatability_reports_median_p90_largest_and_the_worst_points_own_spread():
+    rows = [{"point": f"p{i}", "rel_error": 0.01 * i, "round_spread": 0.01 * i} for i in range(1, 11)]
+    rows[2]["rel_error"] = -0.5  # p3: the worst point, its own launches 3% apart
+    rows.append({"point": "skipped", "rel_error": math.nan, "round_spread": 0.9})  # not compared: not counted
+    text = repeatability_text(rows)
+    assert "5.5% (median over 10 points)" in text
+    assert "9.0% (90th percentile)" in text
+    assert "10.0% at most (p10)" in text
+    assert "the worst point's own launches spread 3.0%" in text
+    assert repeatability_text([{"point": "a", "rel_error": 0.1, "round_spread": math.nan}]) == ""

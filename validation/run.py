@@ -14,7 +14,14 @@ from typing import Any
 
 from scalebench.fileio import atomic_write_json
 from validation.config import Point, ValidationConfig
-from validation.summary import GROUP_COLUMNS, format_table, summarize, verdict
+from validation.summary import (
+    GROUP_COLUMNS,
+    format_table,
+    repeatability_text,
+    round_spread,
+    summarize,
+    verdict,
+)
 
 NAN = float("nan")
 MEASURED_FILE = "measured.json"
@@ -157,6 +164,9 @@ def compare(cfg: ValidationConfig, measured: dict[str, dict[str, Any]], cal, cat
         real = entry.get("row") or {}
         row["measured_s"] = real.get("iteration_time_s", NAN)
         row["measured_iqr_s"] = real.get("iteration_time_iqr_s", NAN)
+        launches = real.get("round_iteration_times_s") or []
+        row["measured_rounds"] = len(launches) or (1 if real else 0)
+        row["round_spread"] = round_spread(launches)
         try:
             sim = predict(point, cal, catalog)
             row["predicted_s"] = sim["iteration_time_s"]
@@ -220,6 +230,9 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
             + (f", worst <= {cfg.worst_percent:g}%" if cfg.worst_percent else "")
             + f", at least {cfg.min_points} points. Verdict: "
             + ("PASS" if result.passed else "FAIL (" + "; ".join(result.reasons) + ")") + "\n")
+    spread_text = repeatability_text(rows)
+    if spread_text:
+        text += "\n" + spread_text
     if skipped:
         text += "\nNot compared:\n" + "".join(f"- {r['point']}: {r['status']} ({r['note']})\n" for r in skipped)
     net_text = ""

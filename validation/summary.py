@@ -2,6 +2,8 @@
 
   relative error e_i = (predicted_i - measured_i) / measured_i   (signed; > 0: the model is slow)
   MAPE = 100 / N x sum |e_i|  (percent);  worst = 100 x max |e_i|  (percent)
+  round spread s_i = (max_r t_ir - min_r t_ir) / median_r t_ir over a point's launches r
+  (percent in the report): how far the measurement itself moves between launches
 Only points with both a measured and a predicted time count; skipped and failed points are
 listed separately and never enter the statistics.
 """
@@ -95,6 +97,39 @@ def verdict(overall: GroupStats, *, mape_percent: float, worst_percent: float | 
     if worst_percent is not None and overall.points and overall.worst_percent > worst_percent:
         reasons.append(f"worst point {overall.worst_point} at {overall.worst_percent:.1f}% > {worst_percent:g}%")
     return Verdict(passed=not reasons, reasons=tuple(reasons))
+
+
+def round_spread(times_s: Sequence[float]) -> float:
+    """(max - min) / median of a point's launches (``measure.rounds``); NaN with fewer than two."""
+    import statistics
+
+    ok = [t for t in times_s if isinstance(t, (int, float)) and not math.isnan(t)]
+    if len(ok) < 2 or statistics.median(ok) <= 0:
+        return math.nan
+    return (max(ok) - min(ok)) / statistics.median(ok)
+
+
+def repeatability_text(rows: Sequence[dict[str, Any]]) -> str:
+    """One paragraph on the measurement's own repeatability (``round_spread`` of each compared
+    point): its median, 90th percentile and largest, and the worst point's own; empty where no
+    point has two launches."""
+    import statistics
+
+    spread = {str(r.get("point", "")): r["round_spread"] for r in valid_rows(rows)
+              if isinstance(r.get("round_spread"), (int, float)) and not math.isnan(r["round_spread"])}
+    if not spread:
+        return ""
+    values = sorted(spread.values())
+    top = max(spread, key=lambda k: spread[k])
+    p90 = values[min(len(values) - 1, math.ceil(0.9 * len(values)) - 1)]
+    worst = worst_points(rows, 1)
+    own = ""
+    if worst and str(worst[0].get("point", "")) in spread:
+        own = f"; the worst point's own launches spread {100 * spread[str(worst[0]['point'])]:.1f}%"
+    return (f"Repeatability of the measurement: a point's launches spread (max - min) / median by "
+            f"{100 * statistics.median(values):.1f}% (median over {len(values)} points), {100 * p90:.1f}% "
+            f"(90th percentile), {100 * values[-1]:.1f}% at most ({top}){own}. The median launch is compared; "
+            f"an error within a point's own spread is within what the machine repeats.\n")
 
 
 def format_table(stats: Sequence[GroupStats]) -> str:
