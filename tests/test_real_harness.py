@@ -96,6 +96,20 @@ def test_measure_point_row_and_environment():
     assert row["cpu_binding"] == expected
 
 
+def test_ddp_reports_the_buckets_it_reduces_which_the_simulator_plans():
+    """Overlap on: the buckets DDP rebuilds after its first iteration (its logging data keeps the
+    single starting bucket), the same sizes as the simulator's plan for that bucket cap."""
+    from sim.engine.plan import build_plan
+
+    spec = {"workload": {"model": "mlp", "batch_size": 8}, "cluster": {"gpus": 2, "gpu": "cpu"},
+            "strategy": {"bucket_mib": 0.001, "first_bucket_mib": 0.001, "overlap": True}}
+    scenario, _, raw = run_spec(spec, iterations=3, warmup=1, timeout_s=30)
+    planned = [int(b.n_bytes) for b in build_plan(scenario_from_dict(spec)).buckets]
+    assert len(planned) >= 2  # a 1 KiB cap splits the mlp's 2.4 KiB of gradients
+    assert raw["ranks"][0]["bucket_bytes"] == planned
+    assert metrics_from_ranks(raw, 8)["buckets"] == len(planned)
+
+
 def test_ranks_run_on_the_cpus_they_report(monkeypatch):
     """Each launched rank's own affinity is what the map says (not only the map)."""
     from real.launch import launch
