@@ -39,8 +39,19 @@ def rank_cpus(local_rank: int, local_world: int, threads: int, cpus: list[int]) 
     return sorted({cpus[(start + i) % len(cpus)] for i in range(count)})
 
 
+BIND_VALUES = {"1": True, "0": False}
+
+
 def binding_enabled() -> bool:
-    return os.environ.get(BIND_ENV, "1") != "0" and hasattr(os, "sched_setaffinity")
+    """SCALEBENCH_BIND_CORES: 1 (the default, also when unset or empty) binds, 0 does not; any
+    other value is refused, so that a typo ("off", "false") cannot leave the ranks bound."""
+    value = os.environ.get(BIND_ENV, "").strip() or "1"
+    if value not in BIND_VALUES:
+        # imported only here: importing sim loads numpy, whose threads would start before the rank binds
+        from sim.errors import ConfigError
+
+        raise ConfigError(BIND_ENV, value, "1 (bind each rank to its own cores, the default) or 0 (no binding)")
+    return BIND_VALUES[value] and hasattr(os, "sched_setaffinity")
 
 
 def describe(local_world: int, threads: int, cpus: list[int]) -> str:

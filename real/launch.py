@@ -61,7 +61,10 @@ def launch(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_s: flo
     A run that lost more than real.steal.STEAL_LIMIT of its CPU to the hypervisor is run again
     (at most real.steal.ATTEMPTS times; the least-stolen result is kept). The result carries
     ``cpu_steal_fraction`` (None where /proc/stat has no steal) and ``launches``."""
+    from real.binding import binding_enabled
     from real.steal import least_stolen
+
+    binding_enabled()  # a bad SCALEBENCH_BIND_CORES is refused here, before any rank starts
 
     def once() -> dict[str, Any]:
         return _launch_once(job, nproc, timeout_s=timeout_s, deadline_s=deadline_s, netns=netns, on_started=on_started)

@@ -20,6 +20,7 @@ from real.launch import RunFailed  # noqa: E402
 from real.measure import measure_point, metrics_from_ranks, run_spec  # noqa: E402
 from real.seed_mlp import SEED_SPEC, data_parallel_losses, reference_losses  # noqa: E402
 from sim.config import scenario_columns, scenario_from_dict  # noqa: E402
+from sim.errors import ConfigError  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -123,6 +124,27 @@ def test_ranks_run_on_the_cpus_they_report(monkeypatch):
     monkeypatch.setenv(BIND_ENV, "0")
     free = launch(job, ranks, timeout_s=60, deadline_s=120)
     assert free["affinities"] == [allowed] * ranks and free["cpu_binding"] == "unbound"
+
+
+@pytest.mark.parametrize("value, bound", [("1", True), (" 1 ", True), ("", True), ("0", False)])
+def test_bind_cores_takes_1_or_0_and_binds_when_unset(monkeypatch, value, bound):
+    from real.binding import binding_enabled
+
+    monkeypatch.setenv(BIND_ENV, value)
+    assert binding_enabled() is (bound and hasattr(os, "sched_setaffinity"))
+    monkeypatch.delenv(BIND_ENV)
+    assert binding_enabled() is hasattr(os, "sched_setaffinity")
+
+
+@pytest.mark.parametrize("value", ["off", "false", "yes", "2"])
+def test_bind_cores_refuses_any_other_value_before_a_rank_starts(monkeypatch, value):
+    from real.launch import launch
+
+    monkeypatch.setenv(BIND_ENV, value)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"^{BIND_ENV}: got '{value}'; allowed: 1 \(bind .* or 0 \(no binding\)$"):
+        launch({"kind": "affinity_probe", "backend": "gloo", "threads": 1}, 2, timeout_s=30, deadline_s=30)
+    assert time.monotonic() - start < 2  # refused in the parent: no rank was started
 
 
 def test_killed_rank_stops_everyone_within_the_timeout():
