@@ -25,6 +25,7 @@ import os
 import sys
 
 BIND_ENV = "SCALEBENCH_BIND_CORES"
+BIND_VALUES = {"1": True, "0": False}  # what it may be set to: bind or not
 
 
 def rank_cpus(local_rank: int, local_world: int, threads: int, cpus: list[int]) -> list[int]:
@@ -37,9 +38,6 @@ def rank_cpus(local_rank: int, local_world: int, threads: int, cpus: list[int]) 
     count = min(max(1, threads), len(cpus))
     start = local_rank * count
     return sorted({cpus[(start + i) % len(cpus)] for i in range(count)})
-
-
-BIND_VALUES = {"1": True, "0": False}
 
 
 def binding_enabled() -> bool:

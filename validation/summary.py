@@ -11,6 +11,7 @@ listed separately and never enter the statistics.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,20 +102,15 @@ def verdict(overall: GroupStats, *, mape_percent: float, worst_percent: float | 
 
 def round_spread(times_s: Sequence[float]) -> float:
     """(max - min) / median of a point's launches (``measure.rounds``); NaN with fewer than two."""
-    import statistics
-
     ok = [t for t in times_s if isinstance(t, (int, float)) and not math.isnan(t)]
-    if len(ok) < 2 or statistics.median(ok) <= 0:
-        return math.nan
-    return (max(ok) - min(ok)) / statistics.median(ok)
+    middle = statistics.median(ok) if len(ok) >= 2 else 0.0
+    return (max(ok) - min(ok)) / middle if middle > 0 else math.nan
 
 
 def repeatability_text(rows: Sequence[dict[str, Any]]) -> str:
     """One paragraph on the measurement's own repeatability (``round_spread`` of each compared
     point): its median, 90th percentile and largest, and the worst point's own; empty where no
     point has two launches."""
-    import statistics
-
     spread = {str(r.get("point", "")): r["round_spread"] for r in valid_rows(rows)
               if isinstance(r.get("round_spread"), (int, float)) and not math.isnan(r["round_spread"])}
     if not spread:
