@@ -348,7 +348,7 @@ def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list
         try:
             scenario_from_dict(spec, catalog)
             if experiment.calibration:
-                from experiments.calibrate import calibrated_scenario
+                from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
 
                 calibrated_scenario(spec, experiment.calibration, catalog)
         except ConfigError as err:

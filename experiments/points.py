@@ -38,7 +38,7 @@ def axis_columns(axes: dict[str, Any]) -> dict[str, Any]:
 
 def simulate_spec(spec: dict[str, Any], calibration: dict[str, Any] | None):
     """(scenario, IterationResult) for a resolved spec, calibrated if asked."""
-    from experiments.calibrate import calibrated_scenario
+    from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
     from sim.simulate import simulate
 
     scenario = calibrated_scenario(spec, calibration, base_catalog())
@@ -72,7 +72,7 @@ def staleness_quantile(histogram: tuple[int, ...], q: float) -> float:
 def run_columns(spec: dict[str, Any], calibration: dict[str, Any] | None, iterations: int) -> dict[str, Any]:
     """A multi-iteration run's row: config columns, the heterogeneity and fault settings, and
     RunResult's metrics with staleness quantiles and the mean time per iteration."""
-    from experiments.calibrate import calibrated_scenario
+    from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
     from sim.config import scenario_columns
     from sim.run import simulate_run
 

@@ -1,4 +1,13 @@
-"""Calibration written by ``scalebench calibrate``, loaded by the simulator. Torch-free.
+"""Calibration: measured figures that replace the simulator's modelled ones. Torch-free.
+
+Two sources, one module:
+- one measured single-GPU figure (``single_gpu_samples_per_s`` or
+  ``single_gpu_iteration_time_s``, from a paper, a vendor, your own run): every layer's roofline
+  time is scaled by one factor so that one GPU takes that time (``apply_throughput_calibration``,
+  what an experiment's ``calibration:`` section and ``scalebench simulate
+  --single-gpu-samples-per-s`` do);
+- a calibration directory written by ``scalebench calibrate`` (or ``scalebench calibrate
+  --from-nccl-tests``): measured per-layer times and fitted links (``Calibration``).
 
 A calibration directory holds
 - ``catalog.yaml``: a device entry (``gpus: {cpu_local: ...}``) and link entries
@@ -27,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.config import Scenario, read_yaml
-from sim.errors import ConfigError
+from sim.errors import ConfigError, require_positive
 
 DEVICE_FILE = "device.yaml"
 CATALOG_FILE = "catalog.yaml"
@@ -184,3 +193,57 @@ def calibrated_scenario(spec: dict[str, Any], path: str | Path) -> Scenario:
     cal = load_calibration(path)
     catalog = load_catalog_file(cal.catalog_file) if cal.catalog_file.exists() else None
     return apply_calibration(scenario_from_dict(spec, catalog, extra_keys=("real",)), cal)
+
+
+# -- one measured single-GPU figure --------------------------------------------------------
+
+THROUGHPUT_KEYS = ("single_gpu_samples_per_s", "single_gpu_iteration_time_s", "batch_size", "source")
+
+
+def _layer_and_optimizer_s(scenario: Scenario, batch_size: int) -> tuple[list[tuple[float, float]], float]:
+    from sim.costs.compute import layer_times_s as roofline_layer_times_s
+    from sim.costs.compute import optimizer_step_time_s
+    from sim.strategy import DTYPE_BYTES
+
+    workload = scenario.workload.with_batch_size(batch_size)
+    precision = scenario.strategy.precision
+    dtype_bytes = DTYPE_BYTES[precision]
+    times = roofline_layer_times_s(workload, scenario.cluster.gpu, precision, dtype_bytes)
+    optimizer_s = optimizer_step_time_s(workload.param_count, dtype_bytes, workload.optimizer, scenario.cluster.gpu)
+    return times, optimizer_s
+
+
+def compute_scale_factor(scenario: Scenario, calibration: dict[str, Any]) -> float:
+    """k = (T_measured - t_optimizer) / (sum of modelled layer times), at the reference batch,
+    with T_measured = batch / samples_per_s when given as a throughput."""
+    batch = int(calibration.get("batch_size", scenario.workload.batch_size))
+    if "single_gpu_iteration_time_s" in calibration:
+        field = "calibration.single_gpu_iteration_time_s"
+        measured_s = float(require_positive(field, calibration["single_gpu_iteration_time_s"]))
+    else:
+        field = "calibration.single_gpu_samples_per_s"
+        measured_s = batch / float(require_positive(field, calibration["single_gpu_samples_per_s"]))
+    times, optimizer_s = _layer_and_optimizer_s(scenario, batch)
+    layers_s = sum(f + b for f, b in times)
+    if measured_s <= optimizer_s or layers_s <= 0:
+        raise ConfigError(field, calibration[field.split(".")[1]],
+                          f"an iteration longer than the modelled optimizer step ({optimizer_s:.3g} s)")
+    return (measured_s - optimizer_s) / layers_s
+
+
+def apply_throughput_calibration(scenario: Scenario, calibration: dict[str, Any]) -> Scenario:
+    """The scenario with every layer's time set to k x its roofline time at the point's batch
+    (the optimizer step unchanged; the network model untouched)."""
+    k = compute_scale_factor(scenario, calibration)
+    times, _ = _layer_and_optimizer_s(scenario, scenario.workload.batch_size)
+    layers = tuple(replace(layer, fwd_time_s=k * f, bwd_time_s=k * b)
+                   for layer, (f, b) in zip(scenario.workload.layers, times, strict=False))
+    return replace(scenario, workload=replace(scenario.workload, layers=layers))
+
+
+def throughput_calibrated_scenario(spec: dict[str, Any], calibration: dict[str, Any] | None,
+                                   catalog=None) -> Scenario:
+    from sim.config import scenario_from_dict
+
+    scenario = scenario_from_dict(spec, catalog)
+    return apply_throughput_calibration(scenario, calibration) if calibration else scenario

@@ -19,6 +19,16 @@ from sim.yamlio import load_yaml_text
 
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 LINK_KINDS = ("tcp", "roce", "infiniband", "nvlink", "pcie", "loopback", "custom")
+"""A link's kind selects its transport model (sim.costs.transports.TRANSPORTS)."""
+DEVICE_KINDS = ("gpu", "cpu")
+NIC_VENDORS = ("aws", "gcp")
+"""gpu: collectives default to NCCL; cpu: to gloo (sim.costs.backends.default_backend)."""
+ETHERNET_FRAME_OVERHEAD_BYTES = 38
+"""Bytes an Ethernet frame costs on the wire beyond its IP packet: preamble and start delimiter 8,
+MAC header 14, FCS 4, inter-frame gap 12 (IEEE 802.3 clause 3 and 4)."""
+TCP_IP_HEADER_BYTES = 52
+"""IPv4 20 + TCP 20 + the timestamps option 12 (RFC 791, RFC 9293, RFC 7323; Linux enables
+timestamps by default: net.ipv4.tcp_timestamps = 1), so MSS = MTU - 52 (1448 at MTU 1500)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +44,14 @@ class GPU:
     """Fraction of peak FLOP/s a dense layer reaches (roofline's compute roof is peak x this)."""
     launch_overhead_s: float = 0.0
     """Fixed cost per layer and pass (kernel launches): the floor of a tiny layer's time."""
+    kind: str = "gpu"
+    """gpu or cpu (DEVICE_KINDS): which collective library a strategy gets by default."""
+    compute_capability: float | None = None
+    """CUDA compute capability (7.0 Volta, 8.0 Ampere, 9.0 Hopper): NCCL's tuning tables are
+    indexed by it (src/graph/tuning.cc). None: not an NVIDIA GPU."""
+    nvlinks: int = 0
+    """NVLink links per GPU; NCCL's topology gives each one ncclTopoNVLinkBw(compute capability)
+    (src/graph/topo.h)."""
     source: str = ""
 
     def flops_for(self, dtype: str) -> float:
@@ -56,7 +74,22 @@ class Link:
     software_latency_s: float = 0.0
     """What the transport's software adds per message (kernel TCP, collective library)."""
     efficiency: float = 1.0
-    """Fraction of line rate the transport reaches."""
+    """Fraction of line rate that carries payload (for tcp links: derived from the MTU unless
+    given)."""
+    mtu_bytes: int = 1500
+    """IP MTU of the link (tcp: payload per packet = MTU - TCP_IP_HEADER_BYTES)."""
+    per_flow_bandwidth_Bps: float | None = None
+    """A cap on one flow (one 5-tuple) that the network enforces, e.g. a cloud's per-flow limit;
+    None: none."""
+    tcp_window_bytes: float | None = None
+    """Largest TCP window a stream on this link reaches (socket buffer limits); None: the
+    transport's default (sim.costs.transports.LINUX_TCP)."""
+    nic_vendor: str | None = None
+    """The NIC's maker where a library tunes itself to it (NCCL's socket transport opens 16
+    streams on AWS ENA, 4 on Google's gVNIC): NIC_VENDORS, or None."""
+    shaped: bool = False
+    """The rate is a host-side shaper's (Linux tc): it counts each packet's bytes from its MAC
+    header on, not the preamble, FCS and gap of the wire."""
     source: str = ""
 
     @property
@@ -70,11 +103,15 @@ class Link:
         return self.bandwidth_Bps * self.efficiency
 
 
-_GPU_KEYS = ("peak_tflops", "memory_bandwidth_GBps", "memory_GiB", "efficiency", "launch_overhead_us", "source")
+_GPU_KEYS = (
+    "peak_tflops", "memory_bandwidth_GBps", "memory_GiB", "efficiency", "launch_overhead_us", "kind",
+    "compute_capability", "nvlinks", "source",
+)
 _LINK_KEYS = (
     "kind", "bandwidth_Gbps", "bandwidth_GBps", "latency_us", "software_latency_us",
-    "efficiency", "source",
+    "efficiency", "mtu_bytes", "per_flow_Gbps", "tcp_window_MiB", "nic_vendor", "base", "tc", "source",
 )
+_TC_KEYS = ("rate_Gbps", "delay_ms")
 
 
 def _fraction(field_name: str, value: Any) -> float:
@@ -82,6 +119,13 @@ def _fraction(field_name: str, value: Any) -> float:
     if value > 1:
         raise ConfigError(field_name, value, "a fraction in (0, 1]")
     return float(value)
+
+
+def _finite(field_name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> Any:
+    require_positive(field_name, value, allow_zero=allow_zero, integer=integer)
+    if value == float("inf"):
+        raise ConfigError(field_name, value, f"a finite {'non-negative' if allow_zero else 'positive'} number")
+    return value
 
 
 def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") -> GPU:
@@ -95,49 +139,118 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") 
     for dtype, tflops in peak.items():
         if dtype not in COMPUTE_DTYPES:
             raise ConfigError(f"{where}.{name}.peak_tflops.{dtype}", dtype, COMPUTE_DTYPES)
-        flops[dtype] = tflops_to_flops(require_positive(f"{where}.{name}.peak_tflops.{dtype}", tflops))
+        flops[dtype] = tflops_to_flops(_finite(f"{where}.{name}.peak_tflops.{dtype}", tflops))
     for key in ("memory_bandwidth_GBps", "memory_GiB"):
         if key not in spec:
             raise ConfigError(f"{where}.{name}.{key}", None, "a positive number (required)")
+    kind = spec.get("kind", "gpu")
+    if kind not in DEVICE_KINDS:
+        raise ConfigError(f"{where}.{name}.kind", kind, DEVICE_KINDS)
+    cc = spec.get("compute_capability")
     return GPU(
         name=name,
         peak_flops=flops,
-        memory_bandwidth_Bps=gbyte_per_s_to_Bps(require_positive(f"{where}.{name}.memory_bandwidth_GBps", spec["memory_bandwidth_GBps"])),
-        memory_bytes=require_positive(f"{where}.{name}.memory_GiB", spec["memory_GiB"]) * GIB,
+        memory_bandwidth_Bps=gbyte_per_s_to_Bps(_finite(f"{where}.{name}.memory_bandwidth_GBps", spec["memory_bandwidth_GBps"])),
+        memory_bytes=_finite(f"{where}.{name}.memory_GiB", spec["memory_GiB"]) * GIB,
         efficiency=_fraction(f"{where}.{name}.efficiency", spec.get("efficiency", 0.5)),
         launch_overhead_s=us_to_s(
-            require_positive(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True)
+            _finite(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True)
         ),
+        kind=kind,
+        compute_capability=None if cc is None else float(_finite(f"{where}.{name}.compute_capability", cc)),
+        nvlinks=_finite(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
         source=str(spec.get("source", "")),
     )
 
 
-def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links") -> Link:
+def tcp_payload_efficiency(mtu_bytes: int, shaped: bool) -> float:
+    """Payload per byte the link's rate counts, for full-sized TCP segments:
+    (MTU - 52) / (MTU + 38) on Ethernet (1448 / 1538 = 0.941 at MTU 1500; 8949 / 9039 = 0.990 at
+    a 9001-byte jumbo MTU); a Linux tc shaper counts each packet from its MAC header on (netem and
+    tbf charge qdisc_pkt_len(skb), which includes the 14-byte Ethernet header and, for segmentation
+    offload, the headers of every segment: net/core/dev.c qdisc_pkt_len_init), so a shaped rate
+    carries (MTU - 52) / (MTU + 14)."""
+    overhead = 14 if shaped else ETHERNET_FRAME_OVERHEAD_BYTES
+    return (mtu_bytes - TCP_IP_HEADER_BYTES) / (mtu_bytes + overhead)
+
+
+def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links",
+                   links: dict[str, Link] | None = None) -> Link:
+    """A link from its catalog entry. ``base: NAME`` starts from another link of ``links`` (the
+    built-in catalog and earlier entries) and overrides what the entry gives; ``tc: {rate_Gbps,
+    delay_ms}`` shapes it as Linux tc on each host's egress does (rate = min(line, rate_Gbps),
+    one-way latency + delay_ms)."""
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}.{name}", spec, "a mapping with keys " + ", ".join(_LINK_KEYS))
     reject_unknown_keys(f"{where}.{name}", spec, _LINK_KEYS)
+    here = f"{where}.{name}"
+    base = None
+    if "base" in spec:
+        known = links or {}
+        if spec["base"] not in known:
+            raise ConfigError(f"{here}.base", spec["base"], known)
+        base = known[spec["base"]]
     has_gbit, has_gbyte = "bandwidth_Gbps" in spec, "bandwidth_GBps" in spec
-    if has_gbit == has_gbyte:
-        raise ConfigError(f"{where}.{name}", sorted(spec), "exactly one of bandwidth_Gbps, bandwidth_GBps")
+    if has_gbit and has_gbyte or (base is None and not (has_gbit or has_gbyte)):
+        raise ConfigError(here, sorted(spec), "exactly one of bandwidth_Gbps, bandwidth_GBps (or a base link)")
     if has_gbit:
-        bandwidth = gbit_per_s_to_Bps(require_positive(f"{where}.{name}.bandwidth_Gbps", spec["bandwidth_Gbps"]))
+        bandwidth = gbit_per_s_to_Bps(_finite(f"{here}.bandwidth_Gbps", spec["bandwidth_Gbps"]))
+    elif has_gbyte:
+        bandwidth = gbyte_per_s_to_Bps(_finite(f"{here}.bandwidth_GBps", spec["bandwidth_GBps"]))
     else:
-        bandwidth = gbyte_per_s_to_Bps(require_positive(f"{where}.{name}.bandwidth_GBps", spec["bandwidth_GBps"]))
-    kind = spec.get("kind", "custom")
+        bandwidth = base.bandwidth_Bps  # type: ignore[union-attr]
+    kind = spec.get("kind", base.kind if base else "custom")
     if kind not in LINK_KINDS:
-        raise ConfigError(f"{where}.{name}.kind", kind, LINK_KINDS)
-    if "latency_us" not in spec:
-        raise ConfigError(f"{where}.{name}.latency_us", None, "a non-negative number (required)")
+        raise ConfigError(f"{here}.kind", kind, LINK_KINDS)
+    if "latency_us" in spec:
+        latency_s = us_to_s(_finite(f"{here}.latency_us", spec["latency_us"], allow_zero=True))
+    elif base is not None:
+        latency_s = base.latency_s
+    else:
+        raise ConfigError(f"{here}.latency_us", None, "a non-negative number (required)")
+    software_s = (us_to_s(_finite(f"{here}.software_latency_us", spec["software_latency_us"], allow_zero=True))
+                  if "software_latency_us" in spec else (base.software_latency_s if base else 0.0))
+    mtu = _finite(f"{here}.mtu_bytes", spec["mtu_bytes"], integer=True) if "mtu_bytes" in spec else (
+        base.mtu_bytes if base else 1500)
+    if mtu <= TCP_IP_HEADER_BYTES:
+        raise ConfigError(f"{here}.mtu_bytes", mtu, f"more than the {TCP_IP_HEADER_BYTES} bytes of TCP/IP headers")
+    per_flow = (gbit_per_s_to_Bps(_finite(f"{here}.per_flow_Gbps", spec["per_flow_Gbps"]))
+                if "per_flow_Gbps" in spec else (base.per_flow_bandwidth_Bps if base else None))
+    window = (_finite(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"]) * 2**20
+              if "tcp_window_MiB" in spec else (base.tcp_window_bytes if base else None))
+    nic_vendor = spec.get("nic_vendor", base.nic_vendor if base else None)
+    if nic_vendor is not None and nic_vendor not in NIC_VENDORS:
+        raise ConfigError(f"{here}.nic_vendor", nic_vendor, NIC_VENDORS)
+    shaped = base.shaped if base else False
+    tc = spec.get("tc")
+    if tc is not None:
+        if not isinstance(tc, dict) or not tc:
+            raise ConfigError(f"{here}.tc", tc, "a mapping with keys " + ", ".join(_TC_KEYS))
+        reject_unknown_keys(f"{here}.tc", tc, _TC_KEYS)
+        if "rate_Gbps" in tc:
+            bandwidth = min(bandwidth, gbit_per_s_to_Bps(_finite(f"{here}.tc.rate_Gbps", tc["rate_Gbps"])))
+            shaped = True
+        if "delay_ms" in tc:
+            latency_s += _finite(f"{here}.tc.delay_ms", tc["delay_ms"], allow_zero=True) * 1e-3
+    if "efficiency" in spec:
+        efficiency = _fraction(f"{here}.efficiency", spec["efficiency"])
+    elif kind == "tcp":
+        efficiency = tcp_payload_efficiency(mtu, shaped)
+    else:
+        efficiency = base.efficiency if base else 1.0
     return Link(
         name=name,
         kind=kind,
         bandwidth_Bps=bandwidth,
-        latency_s=us_to_s(require_positive(f"{where}.{name}.latency_us", spec["latency_us"], allow_zero=True)),
-        software_latency_s=us_to_s(
-            require_positive(f"{where}.{name}.software_latency_us", spec.get("software_latency_us", 0), allow_zero=True)
-        ),
-        efficiency=_fraction(f"{where}.{name}.efficiency", spec.get("efficiency", 1.0)),
-        source=str(spec.get("source", "")),
+        latency_s=latency_s,
+        software_latency_s=software_s,
+        efficiency=efficiency,
+        mtu_bytes=mtu,
+        per_flow_bandwidth_Bps=per_flow,
+        tcp_window_bytes=window,
+        nic_vendor=nic_vendor,
+        shaped=shaped,
+        source=str(spec.get("source", base.source if base else "")),
     )
 
 
@@ -175,7 +288,7 @@ class Catalog:
         for name, spec in (extra.get("gpus") or {}).items():
             gpus[name] = gpu_from_dict(name, spec, f"{where}.gpus")
         for name, spec in (extra.get("links") or {}).items():
-            links[name] = link_from_dict(name, spec, f"{where}.links")
+            links[name] = link_from_dict(name, spec, f"{where}.links", links)
         return Catalog(gpus, links)
 
 
@@ -183,7 +296,9 @@ class Catalog:
 def builtin_catalog() -> Catalog:
     """The shipped catalog, parsed once per process (Catalog is immutable; ``extended`` copies)."""
     gpus = {n: gpu_from_dict(n, s, "sim/data/gpus.yaml") for n, s in _read_builtin("gpus.yaml").items()}
-    links = {n: link_from_dict(n, s, "sim/data/links.yaml") for n, s in _read_builtin("links.yaml").items()}
+    links: dict[str, Link] = {}
+    for n, s in _read_builtin("links.yaml").items():
+        links[n] = link_from_dict(n, s, "sim/data/links.yaml", links)
     return Catalog(gpus, links)
 
 

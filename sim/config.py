@@ -94,8 +94,27 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
         faults=faults_from_dict(spec.get("faults")),
         check_memory=check_memory,
     )
+    scenario = replace(scenario, strategy=resolve_backend(scenario.strategy, scenario.cluster))
     validate_scenario(scenario)
     return scenario
+
+
+def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
+    """The strategy with its collective library named (NCCL on GPUs, gloo on CPUs) and its
+    algorithm and protocol checked against what that library offers."""
+    from sim.costs.backends import BACKENDS, default_backend
+
+    backend = strategy.backend or default_backend(cluster.gpu)
+    library = BACKENDS[backend]
+    composed = ("auto", "hierarchical", "ps")
+    if strategy.collective not in composed and strategy.collective not in library.algorithms:
+        raise ConfigError("strategy.collective", strategy.collective,
+                          f"one of {', '.join(composed + library.algorithms)} with backend {backend}")
+    if strategy.protocol is not None and strategy.protocol not in library.protocols:
+        raise ConfigError("strategy.protocol", strategy.protocol,
+                          f"auto with backend {backend}" if not library.protocols
+                          else f"one of auto, {', '.join(library.protocols)} with backend {backend}")
+    return replace(strategy, backend=backend)
 
 
 def validate_scenario(scenario: Scenario) -> None:
@@ -132,6 +151,8 @@ def scenario_columns(scenario: Scenario) -> dict[str, Any]:
         "nics_per_node": c.nics_per_node,
         "oversubscription": c.oversubscription,
         "strategy": s.kind,
+        "framework": s.framework or "",
+        "backend": s.backend or "",
         "collective": s.collective,
         "ps_servers": s.ps_servers if s.collective == "ps" else 0,
         "bucket_mib": s.bucket_bytes / (1024 * 1024),

@@ -15,7 +15,15 @@ PS_MODES = ("sync", "async")
 PS_PLACEMENTS = ("sharded", "round_robin")
 """sharded: every server holds 1/P of every tensor; round_robin: whole layers placed on servers
 in turn (TensorFlow's replica_device_setter default, the seeds' first hands-on layout)."""
-COLLECTIVES = ("ring", "tree", "hierarchical", "ps")
+COLLECTIVES = ("auto", "ring", "tree", "nvls", "hierarchical", "ps", "recursive_doubling", "rabenseifner")
+"""auto: the library's own choice (NCCL's tuner); ring, tree, nvls, recursive_doubling,
+rabenseifner: that algorithm of the library (as NCCL_ALGO forces one); hierarchical: Horovod's
+intra/inter/intra composition; ps: parameter servers (sim/costs/comm.py)."""
+BACKEND_NAMES = ("nccl", "gloo", "mpi")
+"""Collective libraries (sim/costs/backends/); None in a Strategy: NCCL on GPUs, gloo on CPUs."""
+PROTOCOLS = ("auto", "LL", "LL128", "Simple")
+PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "centralized")
+"""Where parameter servers sit (sim/costs/ps.py PS_LAYOUTS)."""
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 """Bytes per element of each dtype (tf32 is stored as fp32)."""
@@ -24,7 +32,8 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
 
 STRATEGY_KEYS = (
-    "kind", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
+    "kind", "framework", "backend", "protocol", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
+    "comm_slows_compute", "double_buffering", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
@@ -35,8 +44,33 @@ STRATEGY_KEYS = (
 @dataclass(frozen=True, kw_only=True)
 class Strategy:
     kind: str = "data_parallel"
-    collective: str = "ring"
-    """Gradient reduction: ring | tree | hierarchical | ps (sharded parameter servers)."""
+    framework: str | None = None
+    """The training framework whose documented defaults filled the fields below it does not
+    leave to the user (sim/frameworks.py FRAMEWORKS); None: plain settings."""
+    backend: str | None = None
+    """Collective library: nccl | gloo | mpi; None until the scenario resolves it (NCCL on GPUs,
+    gloo on CPUs)."""
+    collective: str = "auto"
+    """Gradient reduction: auto (the library's choice) | ring | tree | nvls | recursive_doubling
+    | rabenseifner | hierarchical | ps (COLLECTIVES)."""
+    protocol: str | None = None
+    """NCCL protocol forced as NCCL_PROTO does (LL, LL128, Simple); None: NCCL's choice."""
+    fusion_bytes: int | None = None
+    """Horovod's tensor fusion threshold (HOROVOD_FUSION_THRESHOLD): gradients ready within one
+    cycle are fused into batches of at most this size; None: DDP-style buckets."""
+    cycle_time_s: float | None = None
+    """Horovod's background cycle (HOROVOD_CYCLE_TIME): a fused batch starts at the first cycle
+    tick after its gradients are ready; None: as soon as a bucket is full."""
+    iteration_overhead_s: float = 0.0
+    """A fixed cost per iteration outside the layers (framework bookkeeping, a step's launch)."""
+    comm_slows_compute: bool = False
+    """Compute slows while collectives run on the same GPU: NCCL's kernels hold one SM per
+    channel (sim/costs/contention.py)."""
+    double_buffering: bool = False
+    """ChainerMN's double buffering: the gradients of one iteration are reduced during the next
+    iteration's compute (one step stale), after backward rather than during it."""
+    ps_layout: str = "dedicated"
+    """With collective=ps: dedicated | colocated | node_aggregated | centralized (PS_LAYOUTS)."""
     ps_servers: int = 1
     """With collective=ps: parameter-server hosts, each holding 1/ps_servers of the model."""
     bucket_bytes: int = mib_to_bytes(DDP_DEFAULT_BUCKET_MIB)
@@ -107,14 +141,23 @@ class Strategy:
         return self.codec_path or default_path(CODECS[self.codec])
 
 
+def _finite(field_name: str, value: Any, allow_zero: bool = False) -> float:
+    value = float(require_positive(field_name, value, allow_zero=allow_zero))
+    if value == float("inf"):
+        raise ConfigError(field_name, value, "a finite number")
+    return value
+
+
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
     from sim.costs.pipeline import STAGE_BALANCES
     from sim.costs.staleness import STALENESS_PENALTIES
+    from sim.frameworks import apply_framework
 
     spec = spec or {}
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(STRATEGY_KEYS))
     reject_unknown_keys(where, spec, STRATEGY_KEYS)
+    spec = apply_framework(spec, where)
     overlap = spec.get("overlap", True)
     if not isinstance(overlap, bool):
         raise ConfigError(f"{where}.overlap", overlap, "true or false")
@@ -138,9 +181,31 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     pp = require_positive(f"{where}.pp", spec.get("pp", 1), integer=True)
     if kind == "data_parallel" and (tp > 1 or pp > 1):
         raise ConfigError(f"{where}.kind", kind, f"pipeline, tensor or hybrid when tp * pp > 1 (tp={tp}, pp={pp})")
+    backend = spec.get("backend")
+    if backend is not None:
+        backend = require_choice(f"{where}.backend", backend, BACKEND_NAMES)
+    protocol = require_choice(f"{where}.protocol", spec.get("protocol", "auto"), PROTOCOLS)
+    fusion_mib = spec.get("fusion_mib")
+    cycle_ms = spec.get("cycle_time_ms")
+    slows = spec.get("comm_slows_compute", False)
+    if not isinstance(slows, bool):
+        raise ConfigError(f"{where}.comm_slows_compute", slows, "true or false")
+    double = spec.get("double_buffering", False)
+    if not isinstance(double, bool):
+        raise ConfigError(f"{where}.double_buffering", double, "true or false")
     return Strategy(
         kind=kind,
-        collective=require_choice(f"{where}.collective", spec.get("collective", "ring"), COLLECTIVES),
+        framework=spec.get("framework"),
+        backend=backend,
+        protocol=None if protocol == "auto" else protocol,
+        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(_finite(f"{where}.fusion_mib", fusion_mib))),
+        cycle_time_s=None if cycle_ms is None else _finite(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True) / 1e3,
+        iteration_overhead_s=_finite(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
+                                     allow_zero=True) / 1e3,
+        comm_slows_compute=slows,
+        double_buffering=double,
+        ps_layout=require_choice(f"{where}.ps_layout", spec.get("ps_layout", "dedicated"), PS_LAYOUTS),
+        collective=require_choice(f"{where}.collective", spec.get("collective", "auto"), COLLECTIVES),
         ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True),
         bucket_bytes=max(1, mib_to_bytes(bucket_mib)),
         first_bucket_bytes=None if first_mib is None else max(1, mib_to_bytes(first_mib)),

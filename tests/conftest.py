@@ -27,6 +27,13 @@ def make_link(name: str = "test", bandwidth_Bps: float = 1e9, latency_s: float =
     return Link(name=name, kind="custom", bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, efficiency=1.0)
 
 
+def alpha_beta_links(*names: str) -> dict:
+    """Catalog entries that turn built-in links into their alpha-beta twins (kind custom): the
+    same figures with no transport or library model on top, where the detailed mode's per-flow
+    network and the fast path's counted steps must agree exactly (sim/costs/backends/alpha_beta.py)."""
+    return {name: {"base": name, "kind": "custom"} for name in names if name in builtin_catalog().links}
+
+
 def make_gpu(tflops: float = 1.0, mem_GBps: float = 1000.0) -> GPU:
     return GPU(name="test-gpu", peak_flops={"fp32": tflops * 1e12}, memory_bandwidth_Bps=mem_GBps * 1e9,
                memory_bytes=16e9, efficiency=1.0)

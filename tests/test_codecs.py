@@ -15,7 +15,6 @@ from sim.costs.codecs import (
     per_rank_wire_bytes_closed_form,
     wire_bytes,
 )
-from sim.costs.collectives import bytes_by_link
 from sim.errors import ConfigError
 from sim.simulate import simulate
 from tests.conftest import make_gpu, make_link
@@ -55,7 +54,7 @@ def test_path_bytes_match_closed_form(path, n):
     elems = 12_000
     sync = compressed_sync(elems, 4, codec, path, one_node(n), gpu=GPU)
     per_rank = per_rank_wire_bytes_closed_form(elems, n, codec, path)
-    assert bytes_by_link(sync.steps)["intra"] == pytest.approx(n * per_rank, rel=1e-12)
+    assert sync.bytes_by_link["intra"] == pytest.approx(n * per_rank, rel=1e-12)
 
 
 def test_allgather_time_closed_form():
@@ -107,7 +106,7 @@ def test_compression_never_increases_wire_bytes(elems, n, path, name):
         return
     sync = compressed_sync(elems, 4, codec, path, one_node(n), gpu=GPU)
     plain = compressed_sync(elems, 4, CODECS["fp32"], path, one_node(n), gpu=GPU)
-    assert bytes_by_link(sync.steps)["intra"] <= bytes_by_link(plain.steps)["intra"] * (1 + 1e-12)
+    assert sync.bytes_by_link["intra"] <= plain.bytes_by_link["intra"] * (1 + 1e-12)
 
 
 def test_crossover_fp8_allgather_loses_to_fp16_allreduce():

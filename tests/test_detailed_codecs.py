@@ -21,6 +21,7 @@ from sim.costs.codecs import per_rank_wire_bytes_closed_form, wire_bytes
 from sim.engine.detailed import run_detailed, run_detailed_with_network
 from sim.errors import ConfigError
 from sim.simulate import simulate
+from tests.conftest import alpha_beta_links
 from tests.test_detailed import SHAPES, big_gradient_layers
 
 AGREEMENT_RTOL = 1e-9
@@ -53,6 +54,7 @@ def codec_scenario(shape: str, path: str, overlap: bool = True, *, precision: st
         "cluster": {"nodes": nodes, "gpus_per_node": g, "nics_per_node": nics, "oversubscription": over,
                     "intra_link": "nvlink2", "inter_link": "ib_edr"},
         "strategy": strategy,
+        "catalog": {"links": alpha_beta_links("nvlink2", "ib_edr")},
         "simulation": {"fidelity": "detailed"},
     })
 

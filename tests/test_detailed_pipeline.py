@@ -31,6 +31,7 @@ from sim.engine.detailed import run_detailed, run_detailed_with_network
 from sim.engine.pipeline import bubble_fraction_of
 from sim.errors import ConfigError
 from sim.simulate import simulate
+from tests.conftest import alpha_beta_links
 from tests.test_pipeline import IDEAL, uniform_layers
 
 EXACT_RTOL = 1e-9
@@ -55,7 +56,7 @@ def layout_scenario(shape: str | tuple[int, int, int, float], dp: int, tp: int, 
         "cluster": {"nodes": nodes, "gpus_per_node": g, "nics_per_node": nics, "oversubscription": over,
                     "gpu": "ideal", "intra_link": links[0], "inter_link": links[1]},
         "strategy": strategy,
-        "catalog": IDEAL,
+        "catalog": {**IDEAL, "links": {**IDEAL.get("links", {}), **alpha_beta_links(*links)}},
         "simulation": {"fidelity": "detailed"},
     })
 
@@ -158,7 +159,7 @@ def _two_node_pipeline() -> dict:
     return {"workload": {"layers": uniform_layers(2, flops=2e9, params=0, acts=50_000), "batch_size": 8},
             "cluster": {"nodes": 2, "gpus_per_node": 1, "gpu": "ideal", "intra_link": "nvlink2", "inter_link": "ib_edr"},
             "strategy": {"kind": "pipeline", "pp": 2, "micro_batches": 4},
-            "catalog": IDEAL}
+            "catalog": {**IDEAL, "links": {**IDEAL.get("links", {}), **alpha_beta_links("nvlink2", "ib_edr")}}}
 
 
 def test_ps_with_model_parallelism_is_refused_naming_fast():

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from experiments.calibrate import calibrated_scenario, compute_scale_factor
 from experiments.config import expand, expand_axis, experiment_from_dict, load_experiment
 from experiments.points import point_id
 from experiments.ship import SHIPPED as SHIPPED_EXPERIMENTS
+from sim.calibration import compute_scale_factor
+from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
 from sim.config import scenario_from_dict
 from sim.errors import ConfigError
 from sim.simulate import simulate

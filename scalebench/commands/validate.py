@@ -11,7 +11,15 @@ FULL_CONFIG = CONFIG_DIR / "validation.yaml"
 QUICK_CONFIG = CONFIG_DIR / "validation_quick.yaml"
 
 
+SUITES = ("harness", "devset")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--suite", choices=SUITES, default="harness",
+                        help="harness: measure and predict on this machine (default); devset: predict the public "
+                             "real-cluster measurements in validation/devset/ (seconds, no torch)")
+    parser.add_argument("--data", help="with --suite devset: a directory of the development set's CSV files "
+                                       "(default: the copy shipped in validation/devset/)")
     parser.add_argument("--quick", action="store_true",
                         help=f"the CI subset ({QUICK_CONFIG.name}: loopback, a few points, minutes)")
     parser.add_argument("--config", help=f"validation config (default: {FULL_CONFIG.name}, or the quick one)")
@@ -24,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import replace
+
+    if args.suite == "devset":
+        return _devset(args)
 
     from validation.config import load_validation_config
     from validation.run import run_validation
@@ -39,3 +50,15 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(f"\nresults in {cfg.out}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
                      "network.csv)\n")
     return status
+
+
+def _devset(args: argparse.Namespace) -> int:
+    import sys
+
+    from validation.devset import devset_report, run_devset
+
+    _, summaries = run_devset(Path(args.data) if args.data else None)
+    sys.stdout.write("The model against public measurements of real GPU clusters (validation/devset/README.md);\n"
+                     "errors on the rows the naive floor covers (tc rows with a rate; busbw from 1 MB):\n\n")
+    sys.stdout.write(devset_report(summaries))
+    return 1 if any(s.worse_than_floor for s in summaries) else 0

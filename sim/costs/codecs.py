@@ -17,13 +17,7 @@ from dataclasses import dataclass
 from sim.catalog import GPU
 from sim.cluster import Cluster
 from sim.codecs import Codec
-from sim.costs.collectives import (
-    Step,
-    collective_time_s,
-    gradient_sync_steps,
-    ring_allgather,
-    ring_reduce_scatter,
-)
+from sim.costs.comm import CommSpec, allreduce_cost, op_cost
 
 
 def wire_bytes(elems: float, codec: Codec, tensors: int = 1) -> float:
@@ -75,8 +69,8 @@ def error_feedback_time_s(elems: float, src_bytes: int, codec: Codec, gpu: GPU) 
 
 @dataclass(frozen=True)
 class CompressedSync:
-    steps: list[Step]
-    """The collective's steps (on the wire)."""
+    bytes_by_link: dict[str, float]
+    """What the collectives put on each link class (cluster totals)."""
     network_s: float
     codec_s: float
     """Encode, decode, local sums and error feedback (all codec work)."""
@@ -98,17 +92,25 @@ class CompressedSync:
 @dataclass(frozen=True)
 class _PathArgs:
     cluster: Cluster
-    collective: str
-    ps_servers: int
+    spec: CommSpec
     gpu: GPU
     reduce_ns: float
     encode_ns: float | None
     decode_ns: float | None
 
 
-def _allreduce_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[list[Step], float, float]:
+Network = tuple[float, dict[str, float]]
+"""(seconds, bytes by link class) of a path's collectives."""
+
+
+def _sum(*costs) -> Network:
+    return (sum(c.time_s for c in costs),
+            {k: sum(c.bytes_by_link.get(k, 0.0) for c in costs) for k in ("intra", "inter")})
+
+
+def _allreduce_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[Network, float, float]:
     n = a.cluster.world_size
-    steps = gradient_sync_steps(wire_bytes(elems, codec), a.cluster, a.collective, a.ps_servers)
+    steps = _sum(allreduce_cost(wire_bytes(elems, codec), a.cluster, a.spec))
     encode_s = encode_time_s(elems, src_bytes, codec, a.gpu, a.encode_ns)
     # each rank adds (n-1)/n of the tensor during the reduce-scatter half of a ring
     codec_s = (encode_s + decode_sum_time_s(elems, 1, src_bytes, codec, a.gpu, 0.0, a.decode_ns)
@@ -116,28 +118,29 @@ def _allreduce_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[list[Step], 
     return steps, codec_s, encode_s
 
 
-def _allgather_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[list[Step], float, float]:
+def _allgather_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[Network, float, float]:
     """Ring allgather of every rank's S_c: (n-1) steps of S_c, then decode and sum all n copies
     (its own too: every replica must sum the same quantised values to stay identical, and
     real/strategies/hooks.py does so)."""
     n = a.cluster.world_size
-    steps = ring_allgather(n * wire_bytes(elems, codec), a.cluster)
+    steps = _sum(op_cost("allgather", n * wire_bytes(elems, codec), a.cluster, a.spec))
     encode_s = encode_time_s(elems, src_bytes, codec, a.gpu, a.encode_ns)
     codec_s = encode_s + decode_sum_time_s(elems, n, src_bytes, codec, a.gpu, a.reduce_ns, a.decode_ns)
     return steps, codec_s, encode_s
 
 
-def _reduce_scatter_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[list[Step], float, float]:
+def _reduce_scatter_path(elems, src_bytes, codec, a: _PathArgs) -> tuple[Network, float, float]:
     """Reduce-scatter in the compute dtype ((n-1)/n S), allgather the encoded shards ((n-1)/n S_c);
     the encode follows the reduce-scatter, so nothing runs before the hand-off."""
     n = a.cluster.world_size
-    steps = ring_reduce_scatter(elems * src_bytes, a.cluster) + ring_allgather(wire_bytes(elems, codec, tensors=n), a.cluster)
+    steps = _sum(op_cost("reduce_scatter", elems * src_bytes, a.cluster, a.spec),
+                 op_cost("allgather", wire_bytes(elems, codec, tensors=n), a.cluster, a.spec))
     codec_s = (encode_time_s(elems / n, src_bytes, codec, a.gpu, a.encode_ns)
                + decode_sum_time_s(elems, 1, src_bytes, codec, a.gpu, 0.0, a.decode_ns))
     return steps, codec_s, 0.0
 
 
-PATHS: dict[str, Callable[..., tuple[list[Step], float, float]]] = {
+PATHS: dict[str, Callable[..., tuple[Network, float, float]]] = {
     "allreduce": _allreduce_path,
     "allgather": _allgather_path,
     "reduce_scatter": _reduce_scatter_path,
@@ -145,20 +148,24 @@ PATHS: dict[str, Callable[..., tuple[list[Step], float, float]]] = {
 
 
 def compressed_sync(elems: float, src_bytes: int, codec: Codec, path: str, cluster: Cluster, *,
-                    gpu: GPU, collective: str = "ring", ps_servers: int = 1,
+                    gpu: GPU, spec: CommSpec | None = None,
                     reduce_ns_per_elem: float | None = None, error_feedback: bool = False,
                     encode_ns_per_elem: float | None = None, decode_ns_per_elem: float | None = None) -> CompressedSync:
     """Synchronise one bucket of ``elems`` gradient elements through ``codec`` along ``path``."""
     if cluster.world_size == 1 or elems == 0:
-        return CompressedSync([], 0.0, 0.0)
+        return CompressedSync({"intra": 0.0, "inter": 0.0}, 0.0, 0.0)
     reduce_ns = codec.reduce_ns_per_elem if reduce_ns_per_elem is None else reduce_ns_per_elem
-    args = _PathArgs(cluster, collective, ps_servers, gpu, reduce_ns, encode_ns_per_elem, decode_ns_per_elem)
-    steps, codec_s, encode_s = PATHS[path](elems, src_bytes, codec, args)
+    if spec is None:
+        from sim.costs.backends import default_backend
+
+        spec = CommSpec(backend=default_backend(gpu))
+    args = _PathArgs(cluster, spec, gpu, reduce_ns, encode_ns_per_elem, decode_ns_per_elem)
+    (network_s, by_link), codec_s, encode_s = PATHS[path](elems, src_bytes, codec, args)
     if error_feedback:
         feedback_s = error_feedback_time_s(elems, src_bytes, codec, gpu)
         codec_s += feedback_s
         encode_s += feedback_s if path != "reduce_scatter" else 0.0  # it precedes the encode
-    return CompressedSync(steps, collective_time_s(steps, cluster), codec_s, encode_s)
+    return CompressedSync(by_link, network_s, codec_s, encode_s)
 
 
 def per_rank_wire_bytes_closed_form(elems: float, n: int, codec: Codec, path: str, src_bytes: int = 4) -> float:

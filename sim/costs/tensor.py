@@ -10,7 +10,7 @@ layer's output activation, b x s x h elements (``activation_elems`` per sample x
 from __future__ import annotations
 
 from sim.cluster import Cluster
-from sim.costs.collectives import collective_time_s, ring_allreduce
+from sim.costs.comm import CommSpec, op_cost
 from sim.workload import Layer
 
 TP_ALLREDUCES_PER_PASS: dict[str, int] = {
@@ -36,12 +36,17 @@ def tp_message_bytes(layer: Layer, micro_batch: int, dtype_bytes: int) -> float:
     return micro_batch * layer.activation_elems * dtype_bytes
 
 
-def tp_layer_comm_s(layer: Layer, micro_batch: int, dtype_bytes: int, group: Cluster) -> float:
-    """Seconds of TP allreduces in one pass (forward or backward) of one layer: count x ring time."""
+def tp_layer_comm_s(layer: Layer, micro_batch: int, dtype_bytes: int, group: Cluster, spec: CommSpec | None = None) -> float:
+    """Seconds of TP allreduces in one pass (forward or backward) of one layer: count x the
+    library's allreduce of the activation (NCCL inside a node by default)."""
     count = tp_allreduces_per_pass(layer)
     if group.world_size == 1 or count == 0:
         return 0.0
-    return count * collective_time_s(ring_allreduce(tp_message_bytes(layer, micro_batch, dtype_bytes), group), group)
+    if spec is None:
+        from sim.costs.backends import default_backend
+
+        spec = CommSpec(backend=default_backend(group.gpu))
+    return count * op_cost("allreduce", tp_message_bytes(layer, micro_batch, dtype_bytes), group, spec).time_s
 
 
 def tp_bytes_per_rank_closed_form(t: int, micro_batch: int, seq_hidden: float, dtype_bytes: int,

@@ -45,8 +45,14 @@ def uses_collective(scenario: Scenario) -> bool:
     return scenario.strategy.codec is None or scenario.strategy.resolved_codec_path() == "allreduce"
 
 
+def detailed_collective(collective: str) -> str:
+    """The per-rank schedule the detailed mode runs: ``auto`` is the ring (on alpha-beta links
+    the libraries' choice; NCCL's trees and NVLS are costed by the fast path only)."""
+    return "ring" if collective == "auto" else collective
+
+
 def check_sync(scenario: Scenario) -> None:
-    collective = scenario.strategy.collective
+    collective = detailed_collective(scenario.strategy.collective)
     if uses_collective(scenario) and collective not in ALLREDUCE_SCHEDULES:
         raise ConfigError("simulation.fidelity", "detailed",
                           f"fast for collective={collective} (the detailed mode has per-rank schedules for "
@@ -64,7 +70,7 @@ class GradientSync:
         strategy = scenario.strategy
         self.env = env
         self.coll = coll
-        self.collective = strategy.collective
+        self.collective = detailed_collective(strategy.collective)
         self.servers = strategy.ps_servers
         self.gpu = scenario.cluster.gpu
         self.src_bytes = strategy.grad_bytes_per_param

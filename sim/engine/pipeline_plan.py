@@ -8,10 +8,11 @@ synchronisation over its data-parallel group after the flush, and its optimizer 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.config import Scenario
 from sim.costs.collectives import link_of
+from sim.costs.comm import spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.network import message_time_s
 from sim.costs.pipeline import layer_unit, split_units
@@ -64,7 +65,8 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
     times = micro_batch_times_s(scenario, micro_batch, dtype_bytes)
     tp_cluster = tp_group(cluster, tp)
     dp_cluster = dp_group(cluster, dp, tp, pp)
-    tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, tp_cluster) for layer in workload.layers]
+    tp_spec = replace(spec_of(strategy), collective="auto")
+    tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, tp_cluster, tp_spec) for layer in workload.layers]
     fwd = [f / tp + c for (f, _), c in zip(times, tp_comm, strict=True)]
     bwd = [b / tp + c for (_, b), c in zip(times, tp_comm, strict=True)]
     bounds = stage_bounds(scenario, [f + b for f, b in zip(fwd, bwd, strict=True)])

@@ -13,7 +13,8 @@ from sim.cluster import Cluster
 from sim.codecs import CODECS
 from sim.config import Scenario
 from sim.costs.codecs import CompressedSync, compressed_sync
-from sim.costs.collectives import bytes_by_link, collective_time_s, gradient_sync_steps
+from sim.costs.collectives import bytes_by_link, collective_time_s
+from sim.costs.comm import allreduce_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.ps import ps_placed_push_pull, round_robin_placement
 from sim.strategy import DTYPE_BYTES, Strategy
@@ -85,10 +86,10 @@ def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) 
     if cluster.world_size == 1 or n_bytes <= 0:
         return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
     if strategy.codec is None:
-        steps = gradient_sync_steps(n_bytes, cluster, strategy.collective, strategy.ps_servers)
-        return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
+        cost = allreduce_cost(n_bytes, cluster, spec_of(strategy))
+        return cost.time_s, 0.0, dict(cost.bytes_by_link)
     sync = _compressed_sync(n_bytes, cluster, strategy, gpu)
-    return sync.time_s, sync.codec_s, bytes_by_link(sync.steps)
+    return sync.time_s, sync.codec_s, dict(sync.bytes_by_link)
 
 
 def bucket_encode_s(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> float:
@@ -104,7 +105,7 @@ def _compressed_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: 
     codec = CODECS[strategy.codec or "fp32"]  # callers check strategy.codec first
     return compressed_sync(
         n_bytes / src, src, codec, strategy.resolved_codec_path() or "allreduce", cluster,
-        gpu=gpu, collective=strategy.collective, ps_servers=strategy.ps_servers,
+        gpu=gpu, spec=spec_of(strategy),
         reduce_ns_per_elem=strategy.codec_reduce_ns_per_elem, error_feedback=strategy.error_feedback,
         encode_ns_per_elem=strategy.codec_encode_ns_per_elem, decode_ns_per_elem=strategy.codec_decode_ns_per_elem,
     )

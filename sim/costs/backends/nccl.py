@@ -1,0 +1,363 @@
+"""NCCL: its own tuning model picks the algorithm and protocol; the cluster's links set the time.
+
+NCCL costs every (algorithm, protocol) pair of a collective with its tuning model
+(src/graph/tuning.cc ``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``: time = latency + bytes /
+bandwidth, the bandwidth = channels x per-channel bandwidth of the topology search, refined
+per protocol) and runs the fastest; NCCL_ALGO / NCCL_PROTO restrict the choice
+(``CommOptions.algorithm`` / ``protocol``). That model is reproduced here from NCCL's tables
+(sim/costs/backends/nccl_tables.py) with the topology search reduced to its outcome: the
+bandwidths it tries, the links it may use, the channel duplications.
+
+The prediction then runs the chosen algorithm on the cluster's real links: the same latency
+terms, but the bandwidth of the hardware and transport (sim/costs/transports.py: NCCL's socket
+transport opens NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS streams per connection, one
+connection per channel) put through the same protocol refinements, and a ring pipelined over
+its run-time channels (common.pipelined_s), so that a link's propagation delay is paid per
+hop only where the pipeline cannot hide it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sim.catalog import GPU, Link
+from sim.cluster import Cluster
+from sim.costs.backends import nccl_tables as T
+from sim.costs.backends.common import (
+    Backend,
+    CommCost,
+    CommOptions,
+    alltoall_bytes_by_link,
+    alltoall_s,
+    end_to_end,
+    pipelined_s,
+    ring_bytes_by_link,
+    ring_hop_link,
+    ring_rate_Bps,
+    ring_steps,
+    ring_volume_bytes,
+    zero_cost,
+)
+from sim.costs.transports import cold_start_s, connection_Bps
+from sim.errors import ConfigError
+
+SOCKETS_BY_NIC_VENDOR = {"aws": 16, "gcp": 4}
+"""NCCL's socket transport auto-detects the NIC vendor (src/transport/net_socket.cc,
+ncclNetSocketGetNsockNthread): AWS ENA (PCI vendor 0x1d0f) 2 threads x 8 sockets, Google's gVNIC
+(0x1ae0) 4 x 1; any other NIC one socket per connection."""
+P2P_CHANNELS_PER_NET_PEER = 2
+"""NCCL_NCHANNELS_PER_NET_PEER, default 2 (NCCL docs, 'Environment Variables')."""
+
+
+def sockets_per_connection(link: Link) -> int:
+    """Streams one NCCL connection opens over ``link``: sockets over TCP, one queue pair otherwise."""
+    if link.kind != "tcp":
+        return 1
+    return SOCKETS_BY_NIC_VENDOR.get(link.nic_vendor or "", 1)
+
+
+# -- NCCL's view of the topology -----------------------------------------------------------
+
+class Graph:
+    """The outcome of NCCL's channel search for one communicator (per algorithm family)."""
+
+    __slots__ = ("channels", "bw", "runtime_channels", "intra_hw", "hopper")
+
+    def __init__(self, channels: int, bw: float, intra_hw: str, hopper: bool):
+        self.channels, self.bw, self.intra_hw, self.hopper = channels, bw, intra_hw, hopper
+        # connect.cc ncclTopoPostset: the channels are duplicated again at run time
+        self.runtime_channels = min(T.MAX_CHANNELS, 2 * channels)
+
+
+def _cc(gpu: GPU) -> float:
+    return gpu.compute_capability if gpu.compute_capability is not None else 7.0
+
+
+def intra_node_GBps(group: Cluster) -> float:
+    """What NCCL's topology gives a GPU inside its node: NVLinks x ncclTopoNVLinkBw, or the
+    PCIe link as NCCL rates it (PCI_BW 12 GB/s for Gen3 x16: 3/4 of nominal, which the pcie
+    catalog entries' efficiency holds)."""
+    link = group.intra_link
+    if link.kind == "nvlink" and group.gpu.nvlinks:
+        return group.gpu.nvlinks * T.nvlink_bw_GBps(_cc(group.gpu))
+    return link.effective_Bps / 1e9
+
+
+def _pick(speeds: tuple[float, ...], available: float) -> tuple[float, int]:
+    """search.cc: the fastest per-channel bandwidth of the array the topology can carry, with as
+    many channels (at most MAXCHANNELS/2) as fit in it."""
+    for speed in speeds:
+        if speed <= available * (1 + 1e-9):
+            return speed, max(1, min(T.SEARCH_MAX_CHANNELS, int(available / speed + 1e-9)))
+    return speeds[-1], 1
+
+
+def ring_graph(group: Cluster) -> Graph:
+    hopper = _cc(group.gpu) >= 9.0
+    intra_hw = "nvlink" if group.intra_link.kind == "nvlink" else "pci"
+    if group.nodes == 1:
+        speeds = T.SM90_SPEED_ARRAY_INTRA if hopper else T.SPEED_ARRAY_INTRA
+        available = intra_node_GBps(group)
+    else:
+        speeds = T.SM90_SPEED_ARRAY_INTER if hopper else T.SPEED_ARRAY_INTER
+        # every channel leaves and enters each node once, through one of its NICs (NCCL rates a
+        # NIC by its line speed: the net plugin's speed in Mb/s / 8000)
+        available = group.nics_per_node * group.inter_link.bandwidth_Bps / 1e9
+        if group.gpus_per_node > 1:
+            available = min(available, intra_node_GBps(group))
+    bw, channels = _pick(speeds, available)
+    if bw >= T.DUP_CHANNELS_MIN_BW:  # search.cc ncclTopoDupChannels
+        channels, bw = min(T.SEARCH_MAX_CHANNELS * 2, channels * 2), bw / 2
+    return Graph(channels, bw, intra_hw, hopper)
+
+
+def nvls_available(group: Cluster) -> bool:
+    """NVLink SHARP needs Hopper or later GPUs on NVSwitch (an NVLink node of more than two GPUs
+    here); without CollNet NCCL enables it on one node only (tuning.cc)."""
+    return (_cc(group.gpu) >= 9.0 and group.intra_link.kind == "nvlink" and group.gpus_per_node > 2
+            and group.gpu.nvlinks > 0)
+
+
+def nvls_graph(group: Cluster) -> Graph:
+    """The NVLS search makes one channel per GPU of the node at the fastest bandwidth that fits."""
+    g = group.gpus_per_node
+    bw, _ = _pick(T.SM90_SPEED_ARRAY_INTRA, intra_node_GBps(group) / g)
+    return Graph(g, bw, "nvlink", True)
+
+
+# -- the tuning model ----------------------------------------------------------------------
+
+def _arch_index(group: Cluster) -> int:
+    cc = _cc(group.gpu)
+    return 2 if cc >= 9.0 else 1 if cc >= 8.0 else 0
+
+
+def _nodes_index(nodes: int) -> int:
+    return nodes - 1 if nodes <= 2 else 2
+
+
+def _refine_busbw(bus_bw: float, algo: str, proto: str, op: str, group: Cluster, graph: Graph) -> float:
+    """tuning.cc's per-protocol refinements of busBw = channels x bandwidth."""
+    nodes, ppn = group.nodes, group.gpus_per_node
+    arch, ni = _arch_index(group), _nodes_index(nodes)
+    ll_max = T.LL_MAX_BW[arch if nodes == 1 else 0][ni]
+    ch = graph.channels
+    if algo == "ring" and proto == "LL":
+        bus_bw = min(ll_max, bus_bw * (1 / 4 if (nodes > 1 or op in ("allreduce", "reduce")) else 1 / 3))
+    if algo == "ring" and proto == "LL128":
+        bus_bw = min(bus_bw * (0.7 if ppn < 2 else 0.92), ch * T.PER_CH_MAX_RING_LL128_BW[arch][ni])
+    if algo == "tree":
+        bus_bw = min(bus_bw * 0.92, ch * T.PER_CH_MAX_TREE_BW[arch][ni])
+        if proto == "LL":
+            bus_bw = min(bus_bw / 3.8, ll_max)
+        if proto == "LL128":
+            bus_bw = min(bus_bw * (7 / 9 if nodes == 1 else 120 / 128), ch * T.PER_CH_MAX_TREE_LL128_BW[arch][ni])
+    return bus_bw
+
+
+def _algbw(bus_bw: float, algo: str, op: str, n: int) -> float:
+    """Bus to algorithm bandwidth: rings x n / nsteps, NVLS x 5/6, trees x 1/2 (tuning.cc)."""
+    if algo == "ring":
+        return bus_bw * n / _nccl_steps(op, n)
+    if algo in ("nvls", "nvls_tree"):
+        return bus_bw * 5 / 6
+    return bus_bw * 0.5
+
+
+def _nccl_steps(op: str, n: int) -> int:
+    if op == "allreduce":
+        return 2 * (n - 1)
+    if op in ("reduce_scatter", "allgather"):
+        return n - 1
+    return n
+
+
+def _latency_us(algo: str, proto: str, op: str, group: Cluster, graph: Graph) -> float:
+    """tuning.cc: base latency plus the hops the algorithm makes at the hardware's latency."""
+    n, nodes = group.world_size, group.nodes
+    intra_hw = graph.intra_hw
+    hw = intra_hw if nodes == 1 else "net"
+    lat = T.BASE_LAT_US[algo][proto]
+    intra_lat = T.HW_LAT_US[intra_hw][algo][proto]
+    inter_lat = T.HW_LAT_US["net"][algo][proto]
+    nsteps = _nccl_steps(op, n)
+    if algo == "ring":
+        if op in ("reduce", "broadcast"):
+            step_lat = T.HW_LAT_US[hw]["tree" if proto == "Simple" else "ring"][proto]
+            return lat + nsteps * step_lat
+        inter_steps = (2 * nodes if nodes > 1 else 0) if op == "allreduce" else nodes - 1
+        if nodes > 1:
+            net_overhead = T.NET_OVERHEAD_US_INTEL * (3 if proto == "Simple" else 1)
+            intra_lat = max(intra_lat, net_overhead)
+        return lat + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
+    if algo == "tree":
+        return lat + 2 * ((n // nodes - 1) * intra_lat + math.floor(math.log2(nodes)) * inter_lat)
+    if algo == "nvls":
+        return intra_lat + (inter_lat if nodes > 1 else 0.0)
+    return lat + intra_lat + 2 * math.floor(math.log2(nodes)) * inter_lat  # nvls_tree
+
+
+def _candidates(op: str, group: Cluster) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs NCCL enables for ``op`` on this group (tuning.cc)."""
+    algos = ["ring"]
+    if op == "allreduce":
+        algos.append("tree")
+    if op in ("allreduce", "allgather", "reduce_scatter") and group.nodes == 1 and nvls_available(group):
+        algos.append("nvls")
+    pairs = []
+    for a in algos:
+        for p in T.PROTOCOLS:
+            if a.startswith("nvls") and p != "Simple":
+                continue
+            if p == "LL128" and not _ll128_enabled(group):
+                continue
+            pairs.append((a, p))
+    return pairs
+
+
+def _ll128_enabled(group: Cluster) -> bool:
+    """LL128 by default only inside NVLink nodes (typeIntra <= PATH_NVB) with the network, if
+    any, reached through a PCIe switch, on Volta, Ampere or Hopper (tuning.cc)."""
+    cc = _cc(group.gpu)
+    if not (7.0 <= cc < 10.0) or 7.5 <= cc < 8.0 or 8.5 <= cc < 9.0:
+        return False
+    return group.intra_link.kind == "nvlink" or group.gpus_per_node == 1 and group.nodes == 1
+
+
+def _graph_for(algo: str, group: Cluster) -> Graph:
+    return nvls_graph(group) if algo.startswith("nvls") else ring_graph(group)
+
+
+def model_time_us(op: str, n_bytes: float, group: Cluster, algo: str, proto: str) -> float:
+    """NCCL's own estimate (ncclTopoGetAlgoTime), in microseconds: what its tuner compares."""
+    graph = _graph_for(algo, group)
+    bw = _algbw(_refine_busbw(graph.channels * graph.bw, algo, proto, op, group, graph), algo, op, group.world_size)
+    if algo == "tree":
+        log_size = int(math.log2(max(1.0, n_bytes / 64)))
+        if log_size < 23:
+            bw *= T.TREE_CORRECTION[proto][log_size]
+    lat = _latency_us(algo, proto, op, group, graph)
+    if algo == "ring" and proto == "Simple" and group.nodes > 1 and op == "allreduce" \
+            and n_bytes / (graph.channels * group.world_size) >= 64:
+        lat *= T.RING_PLATEAU_FACTOR["volta" if _cc(group.gpu) < 8.0 else "ampere+"]
+    return lat + n_bytes / (1000 * bw)
+
+
+def choose(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> tuple[str, str]:
+    """The pair NCCL's tuner runs: the fastest by its model among those enabled and allowed."""
+    pairs = _candidates(op, group)
+    if options.algorithm is not None:
+        pairs = [(a, p) for a, p in pairs if a == options.algorithm]
+        if not pairs:
+            raise ConfigError("strategy.collective", options.algorithm,
+                              f"an algorithm NCCL offers for {op} here: " + ", ".join(sorted({a for a, _ in _candidates(op, group)})))
+    if options.protocol is not None:
+        allowed = [(a, p) for a, p in pairs if p == options.protocol]
+        if not allowed:
+            raise ConfigError("strategy.protocol", options.protocol,
+                              "a protocol NCCL enables here: " + ", ".join(sorted({p for _, p in pairs})))
+        pairs = allowed
+    return min(pairs, key=lambda ap: model_time_us(op, n_bytes, group, *ap))
+
+
+# -- the prediction on the real links ------------------------------------------------------
+
+CHUNK_BYTES = {"Simple": T.SIMPLE_STEP_BYTES * T.RING_CHUNK_STEPS, "LL": 2**16 // 2, "LL128": 4915200 // 8 * 120 // 128}
+"""Data per ring step and channel: Simple 4 steps of 512 KiB; LL one step of its 256 KiB / 8
+buffer at half payload; LL128 one step of its 4.7 MB / 8 buffer at 120/128 (device.h buffer sizes)."""
+
+
+def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: Graph, streams: int) -> float:
+    """The refinements of tuning.cc applied to what the links deliver instead of the search's
+    nominal bandwidth: a ring's slowest edge (its NIC connections with ``streams`` streams)."""
+    if algo.startswith("nvls"):
+        hw = connection_Bps(group.intra_link, 1) / 1e9
+    else:
+        hw = ring_rate_Bps(group, streams) / 1e9
+    model_bw = graph.channels * graph.bw
+    # the search's nominal bandwidth never exceeds what NCCL measured its hardware to carry; the
+    # refinements (protocol ceilings) apply to the smaller of the two
+    return _refine_busbw(min(hw, model_bw) if group.nodes == 1 else hw, algo, proto, op, group, graph)
+
+
+def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
+    n = group.world_size
+    if n == 1 or n_bytes <= 0:
+        return zero_cost()
+    algo, proto = choose(op, n_bytes, group, options)
+    graph = _graph_for(algo, group)
+    inter_streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
+    bus_bw = _hardware_busbw_GBps(op, algo, proto, group, graph, inter_streams) * 1e9
+    alg_bw = _algbw(bus_bw, algo, op, n)
+    if algo == "tree":
+        log_size = int(math.log2(max(1.0, n_bytes / 64)))
+        if log_size < 23:
+            alg_bw *= T.TREE_CORRECTION[proto][log_size]
+    lat_s = _latency_us(algo, proto, op, group, graph) * 1e-6
+    if algo == "ring" and proto == "Simple" and group.nodes > 1 and op == "allreduce" \
+            and n_bytes / (graph.channels * n) >= 64:
+        lat_s *= T.RING_PLATEAU_FACTOR["volta" if _cc(group.gpu) < 8.0 else "ampere+"]
+    hop = ring_hop_link(group)
+    inter_hops = (2 * group.nodes if op == "allreduce" else group.nodes - 1) if group.nodes > 1 else 0
+    lat_s += inter_hops * group.inter_link.software_latency_s  # the transport's own per-message cost
+    if algo == "ring":
+        volume = ring_volume_bytes(op, n_bytes, n)
+        steps = ring_steps(op, n)
+        rate = volume / (n_bytes / alg_bw)
+        chunk = CHUNK_BYTES[proto]
+        per_step = n_bytes / (graph.runtime_channels * n)
+        loops = max(1, math.ceil(per_step / chunk))
+        wire = pipelined_s(volume, rate, loops * steps, hop.latency_s, min(chunk, per_step))
+        by_link = ring_bytes_by_link(volume, group)
+    else:  # trees: up and down, 2 log2(nodes) network hops; NVLS: one hop to the switch and back
+        depth = 2 * max(1, math.ceil(math.log2(group.nodes))) if group.nodes > 1 else 2
+        volume = 2.0 * n_bytes if algo == "tree" else float(n_bytes)
+        wire = pipelined_s(n_bytes, alg_bw, depth, hop.latency_s, min(CHUNK_BYTES[proto], n_bytes))
+        by_link = ring_bytes_by_link(volume, group)
+    cold = 0.0
+    if group.nodes > 1 and not end_to_end(group):
+        cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
+                            inter_streams, options.idle_s)
+    return CommCost(lat_s + wire + cold, algo, proto, by_link)
+
+
+def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
+    """One message between two ranks (on different nodes when the group spans nodes): NCCL's
+    Simple protocol over P2P_CHANNELS_PER_NET_PEER channels, the one-hop ring latency of its model."""
+    if group.world_size == 1 or n_bytes <= 0:
+        return zero_cost("p2p")
+    across = group.nodes > 1
+    link = group.inter_link if across else group.intra_link
+    streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(link) if across else 1
+    rate = connection_Bps(link, streams)
+    hw = "net" if across else ("nvlink" if link.kind == "nvlink" else "pci")
+    lat_s = (T.BASE_LAT_US["ring"]["Simple"] + T.HW_LAT_US[hw]["ring"]["Simple"]) * 1e-6 + link.software_latency_s
+    wire = pipelined_s(n_bytes, rate, 1, link.latency_s, min(CHUNK_BYTES["Simple"], n_bytes))
+    cold = cold_start_s(link, n_bytes, streams, options.idle_s) if across else 0.0
+    return CommCost(lat_s + wire + cold, "p2p", "Simple",
+                    {"intra": 0.0 if across else n_bytes, "inter": n_bytes if across else 0.0})
+
+
+def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
+    """ncclAllToAll is a group of sends and receives to every peer, all in flight together."""
+    if group.world_size == 1 or n_bytes <= 0:
+        return zero_cost("p2p")
+    streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(group.inter_link) * group.gpus_per_node
+    lat_s = (T.BASE_LAT_US["ring"]["Simple"] + T.HW_LAT_US["net" if group.nodes > 1 else "nvlink"]["ring"]["Simple"]) * 1e-6
+    return CommCost(alltoall_s(n_bytes, group, streams, lat_s + group.inter_link.software_latency_s * (group.nodes > 1)),
+                    "p2p", "Simple", alltoall_bytes_by_link(n_bytes, group))
+
+
+def _op(op: str):
+    return lambda n_bytes, group, options: _collective(op, n_bytes, group, options)
+
+
+BACKEND = Backend(
+    name="nccl",
+    ops={"allreduce": _op("allreduce"), "reduce": _op("reduce"), "broadcast": _op("broadcast"),
+         "allgather": _op("allgather"), "reduce_scatter": _op("reduce_scatter"),
+         "alltoall": _alltoall, "sendrecv": _sendrecv},
+    algorithms=T.ALGORITHMS,
+    protocols=T.PROTOCOLS,
+    description="NVIDIA NCCL: its tuning model picks ring/tree/NVLS and LL/LL128/Simple; sockets or verbs",
+)

@@ -1,0 +1,85 @@
+"""A strategy's gradient synchronisation and other collectives, costed through its library.
+
+The one place that turns a strategy's communication settings (backend, collective, protocol,
+parameter-server layout) into calls of the collective libraries' models
+(``sim.costs.backends.comm_cost``). Everything that costs communication (the iteration plan,
+codecs, tensor parallelism, ``scalebench collective``) comes through here.
+
+Reductions a strategy can ask for (``strategy.collective``):
+- auto: the library's own choice (NCCL's tuner; gloo's ring; MPICH's defaults).
+- ring, tree, nvls, recursive_doubling, rabenseifner: that algorithm of the library (NCCL_ALGO).
+- hierarchical: Horovod's hierarchical allreduce: reduce-scatter inside each node, allreduce of
+  the 1/g shard across nodes by the g local ranks at once (sharing the node's NICs), allgather
+  inside the node (horovod/common/ops/nccl_operations.cc, NCCLHierarchicalAllreduce).
+- ps: parameter servers, laid out as ``strategy.ps_layout`` says (sim.costs.ps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from sim.cluster import Cluster
+from sim.costs.backends import BACKENDS, CommCost, CommOptions, comm_cost
+from sim.costs.ps import ps_sync_cost
+
+
+@dataclass(frozen=True)
+class CommSpec:
+    backend: str
+    collective: str = "auto"
+    protocol: str | None = None
+    ps_servers: int = 1
+    ps_layout: str = "dedicated"
+    idle_s: float = 0.0
+
+    def options(self, algorithm: str | None = None) -> CommOptions:
+        return CommOptions(algorithm=algorithm, protocol=self.protocol, idle_s=self.idle_s)
+
+
+def spec_of(strategy) -> CommSpec:
+    """The communication part of a resolved ``sim.strategy.Strategy``."""
+    return CommSpec(backend=strategy.backend or "nccl", collective=strategy.collective, protocol=strategy.protocol,
+                    ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout)
+
+
+def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    return {k: a.get(k, 0.0) + b.get(k, 0.0) for k in ("intra", "inter")}
+
+
+def op_cost(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
+    """``op`` over ``group`` through the spec's library, the spec's algorithm where the library
+    has it for this op (else the library's choice)."""
+    algorithm = None
+    if spec.collective not in ("auto", "hierarchical", "ps") and spec.collective in BACKENDS[spec.backend].algorithms:
+        algorithm = spec.collective
+    return comm_cost(spec.backend, op, n_bytes, group, spec.options(algorithm if op == "allreduce" else None))
+
+
+def hierarchical_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
+    """Intra-node reduce-scatter, inter-node allreduce of S/g by g concurrent rings sharing each
+    node's NICs (one node-wide communicator per local rank: nodes x 1 GPU with 1/g of the NICs),
+    intra-node allgather."""
+    g, nodes = group.gpus_per_node, group.nodes
+    if g == 1 or nodes == 1:
+        return op_cost("allreduce", n_bytes, group, replace(spec, collective="auto"))
+    flat = replace(spec, collective="auto")
+    node = replace(group, nodes=1)
+    across = replace(group, gpus_per_node=1, oversubscription=group.oversubscription * g)
+    rs = op_cost("reduce_scatter", n_bytes, node, flat)
+    ar = op_cost("allreduce", n_bytes / g, across, flat)
+    ag = op_cost("allgather", n_bytes, node, flat)
+    by_link = _add(_add({k: v * nodes for k, v in rs.bytes_by_link.items()},
+                        {k: v * g for k, v in ar.bytes_by_link.items()}),
+                   {k: v * nodes for k, v in ag.bytes_by_link.items()})
+    return CommCost(rs.time_s + ar.time_s + ag.time_s, "hierarchical", ar.protocol, by_link)
+
+
+def allreduce_cost(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
+    """One gradient bucket's reduction as the strategy asks for it."""
+    if group.world_size == 1 or n_bytes <= 0:
+        return CommCost(0.0, spec.collective)
+    if spec.collective == "ps":
+        return ps_sync_cost(n_bytes, group, spec.ps_servers, spec.ps_layout, spec.backend, spec.options())
+    if spec.collective == "hierarchical":
+        return hierarchical_allreduce(n_bytes, group, spec)
+    return op_cost("allreduce", n_bytes, group, spec)

@@ -1,0 +1,163 @@
+"""Transports: what a connection over a link achieves, by the link's kind.
+
+A link (``sim.catalog.Link``) is hardware: a line rate, a one-way latency, an MTU. A transport
+is the software that moves a collective library's bytes over it, and it decides more than a
+slower line rate does (DESIGN.md 'Transports'):
+- tcp: a stream moves at most min(line rate x payload efficiency, the network's per-flow cap,
+  window / RTT) (Mathis et al. 1997's window bound; the window is capped by the socket buffers),
+  and after an idle spell longer than the retransmission timeout it starts again from the
+  initial window and doubles it every round trip (slow start, RFC 5681 sec. 4.1, RFC 2861;
+  Linux ``net.ipv4.tcp_slow_start_after_idle = 1``). A library opens its own number of streams
+  per connection (``streams``): NCCL's socket transport NCCL_NSOCKS_PERTHREAD x
+  NCCL_SOCKET_NTHREADS, gloo one.
+- roce, infiniband: verbs; no window short of the NIC's, no slow start, no kernel copies.
+- nvlink, pcie: load/store or copy engines inside a node.
+- loopback, custom: links whose figures are a measurement of the library end to end (what
+  ``scalebench calibrate`` fits) or a user's alpha-beta: the line rate and latency as given,
+  nothing added (``Transport.end_to_end``: a backend adds no pipeline stalls of its own either).
+
+Each transport is one entry of ``TRANSPORTS``; a new link kind is a new entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.catalog import Link
+from sim.units import MIB
+
+
+@dataclass(frozen=True)
+class TcpDefaults:
+    """Linux's TCP defaults, each from the kernel's documentation or source."""
+
+    window_bytes: float = 3 * MIB
+    """Largest window a stream reaches: net.ipv4.tcp_rmem's maximum 6 MiB (6291456) with
+    tcp_adv_win_scale = 1, which keeps half of the receive buffer for the window
+    (Documentation/networking/ip-sysctl.rst, Linux 4.x-6.5)."""
+    initial_window_segments: int = 10
+    """Initial and restart window, in segments (RFC 6928; include/net/tcp.h TCP_INIT_CWND)."""
+    min_rto_s: float = 0.2
+    """Smallest retransmission timeout (include/net/tcp.h TCP_RTO_MIN = HZ/5): a stream idle for
+    longer than its RTO restarts from the initial window."""
+
+
+LINUX_TCP = TcpDefaults()
+
+
+def rtt_s(link: Link) -> float:
+    """Round trip: twice the one-way latency (a delay added with tc on each host's egress
+    counts in both directions; DESIGN.md)."""
+    return 2.0 * link.latency_s
+
+
+def mss_bytes(link: Link) -> float:
+    """TCP payload per segment: MTU - 52 (sim.catalog.TCP_IP_HEADER_BYTES)."""
+    from sim.catalog import TCP_IP_HEADER_BYTES
+
+    return float(link.mtu_bytes - TCP_IP_HEADER_BYTES)
+
+
+def tcp_window_bytes(link: Link) -> float:
+    return link.tcp_window_bytes if link.tcp_window_bytes is not None else LINUX_TCP.window_bytes
+
+
+def tcp_stream_Bps(link: Link) -> float:
+    """One TCP stream: min(line x payload efficiency, per-flow cap, window / RTT)."""
+    rate = link.effective_Bps
+    if link.per_flow_bandwidth_Bps is not None:
+        rate = min(rate, link.per_flow_bandwidth_Bps)
+    rtt = rtt_s(link)
+    if rtt > 0:
+        rate = min(rate, tcp_window_bytes(link) / rtt)
+    return rate
+
+
+def line_stream_Bps(link: Link) -> float:
+    """RDMA, NVLink, PCIe and measured links: a stream gets the link (and its per-flow cap)."""
+    if link.per_flow_bandwidth_Bps is not None:
+        return min(link.effective_Bps, link.per_flow_bandwidth_Bps)
+    return link.effective_Bps
+
+
+def slow_start_extra_s(bytes_per_stream: float, stream_Bps: float, rtt: float, initial_window_bytes: float) -> float:
+    """Time lost to slow start by a stream that must move ``bytes_per_stream`` at up to
+    ``stream_Bps``: it sends its window each round trip, starting from ``initial_window_bytes``
+    and doubling until the window carries the full rate (window = rate x RTT), then streams at
+    the full rate. Extra = (rounds x RTT) - (bytes sent in those rounds / rate); 0 when the
+    initial window already fills the path or there is no round trip (Cardwell, Savage and
+    Anderson 2000, 'Modeling TCP latency', slow-start phase)."""
+    if rtt <= 0 or bytes_per_stream <= 0 or stream_Bps <= 0:
+        return 0.0
+    full_window = stream_Bps * rtt
+    window, sent, rounds = initial_window_bytes, 0.0, 0
+    while window < full_window and sent < bytes_per_stream:
+        sent += window
+        rounds += 1
+        window *= 2
+    if sent >= bytes_per_stream:  # done inside slow start: each round carried a whole window
+        return max(0.0, rounds * rtt - bytes_per_stream / stream_Bps)
+    return max(0.0, rounds * rtt - sent / stream_Bps)
+
+
+def tcp_cold_start_s(link: Link, bytes_per_stream: float, stream_Bps: float, idle_s: float) -> float:
+    """Slow start again when the connection sat idle longer than the RTO (Linux restarts the
+    window after an idle RTO: tcp_cwnd_restart, RFC 2861); a warm connection keeps its window."""
+    rtt = rtt_s(link)
+    rto = max(LINUX_TCP.min_rto_s, rtt)
+    if idle_s <= rto:
+        return 0.0
+    return slow_start_extra_s(bytes_per_stream, stream_Bps, rtt,
+                              LINUX_TCP.initial_window_segments * mss_bytes(link))
+
+
+def _no_cold_start(link: Link, bytes_per_stream: float, stream_Bps: float, idle_s: float) -> float:
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Transport:
+    name: str
+    stream_Bps: Callable[[Link], float]
+    """Sustained rate of one stream (one flow) over the link."""
+    cold_start_s: Callable[[Link, float, float, float], float]
+    """(link, bytes per stream, stream rate, idle seconds before) -> seconds lost ramping up."""
+    end_to_end: bool = False
+    """The link's figures are measured end to end through the library (or a user's plain
+    alpha-beta): backends add no pipeline stalls of their own."""
+    host_staged: bool = False
+    """Data passes through host memory and the kernel (sockets): the library copies it there."""
+    description: str = ""
+
+
+TRANSPORTS: dict[str, Transport] = {
+    "tcp": Transport("tcp", tcp_stream_Bps, tcp_cold_start_s, host_staged=True,
+                     description="kernel TCP: streams capped by window / RTT and per-flow limits; slow start after idle"),
+    "roce": Transport("roce", line_stream_Bps, _no_cold_start,
+                      description="RDMA over Converged Ethernet (verbs): line rate, no window, no slow start"),
+    "infiniband": Transport("infiniband", line_stream_Bps, _no_cold_start,
+                            description="InfiniBand verbs: line rate, no window, no slow start"),
+    "nvlink": Transport("nvlink", line_stream_Bps, _no_cold_start, description="NVLink inside a node"),
+    "pcie": Transport("pcie", line_stream_Bps, _no_cold_start, description="PCIe peer to peer inside a node"),
+    "loopback": Transport("loopback", line_stream_Bps, _no_cold_start, end_to_end=True,
+                          description="a measured link (scalebench calibrate): its fitted figures, nothing added"),
+    "custom": Transport("custom", line_stream_Bps, _no_cold_start, end_to_end=True,
+                        description="a user's alpha-beta link: its figures, nothing added"),
+}
+
+
+def transport_of(link: Link) -> Transport:
+    return TRANSPORTS[link.kind]
+
+
+def connection_Bps(link: Link, streams: int) -> float:
+    """A connection of ``streams`` parallel streams: min(line x efficiency, streams x one stream)."""
+    return min(link.effective_Bps, max(1, streams) * transport_of(link).stream_Bps(link))
+
+
+def cold_start_s(link: Link, bytes_per_connection: float, streams: int, idle_s: float) -> float:
+    """Ramp-up of a connection whose ``streams`` share ``bytes_per_connection`` equally."""
+    streams = max(1, streams)
+    rate = connection_Bps(link, streams) / streams
+    return transport_of(link).cold_start_s(link, bytes_per_connection / streams, rate, idle_s)
