@@ -49,6 +49,9 @@ class GPU:
     compute_capability: float | None = None
     """CUDA compute capability (7.0 Volta, 8.0 Ampere, 9.0 Hopper): NCCL's tuning tables are
     indexed by it (src/graph/tuning.cc). None: not an NVIDIA GPU."""
+    sm_count: int = 0
+    """Streaming multiprocessors (datasheet); NCCL's kernels hold one per channel
+    (sim/costs/contention.py). 0: unknown."""
     nvlinks: int = 0
     """NVLink links per GPU; NCCL's topology gives each one ncclTopoNVLinkBw(compute capability)
     (src/graph/topo.h)."""
@@ -105,7 +108,7 @@ class Link:
 
 _GPU_KEYS = (
     "peak_tflops", "memory_bandwidth_GBps", "memory_GiB", "efficiency", "launch_overhead_us", "kind",
-    "compute_capability", "nvlinks", "source",
+    "compute_capability", "nvlinks", "sm_count", "source",
 )
 _LINK_KEYS = (
     "kind", "bandwidth_Gbps", "bandwidth_GBps", "latency_us", "software_latency_us",
@@ -159,6 +162,7 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") 
         kind=kind,
         compute_capability=None if cc is None else float(_finite(f"{where}.{name}.compute_capability", cc)),
         nvlinks=_finite(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
+        sm_count=_finite(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
         source=str(spec.get("source", "")),
     )
 

@@ -30,8 +30,14 @@ class _Iteration(RankStreams):
         env, plan = self.env, self.plan
         for _ in plan.buckets:
             bucket = yield self.ready.get()
+            if plan.bucket_release_s:  # Horovod: the next cycle tick after the batch is ready
+                release = self.backward_start_s + plan.bucket_release_s[bucket.index]
+                if release > env.now:
+                    yield env.timeout(release - env.now)
             start = env.now
+            self.comm_busy = True
             yield env.timeout(plan.bucket_comm_s[bucket.index])
+            self.comm_busy = False
             self._span("comm", f"bucket {bucket.index}", start)
             names = plan.layer_names
             self.bucket_records.append(
@@ -51,7 +57,7 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
         events += 1
     assert it.done.triggered, "iteration did not finish: a bucket was never handed to the comm stream"
     total = env.now
-    compute = plan.compute_s
+    compute = plan.compute_s + plan.iteration_overhead_s
     bytes_total = {"intra": 0.0, "inter": 0.0}
     for per_bucket in plan.bucket_bytes_by_link:
         for k, v in per_bucket.items():

@@ -16,6 +16,7 @@ from sim.costs.codecs import CompressedSync, compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s
 from sim.costs.comm import allreduce_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
+from sim.costs.contention import comm_compute_slowdown
 from sim.costs.ps import ps_placed_push_pull, round_robin_placement
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
@@ -50,6 +51,16 @@ class IterationPlan:
     """Codec work each bucket needs before its collective starts, done on the compute stream
     when the bucket is handed over (DDP calls a communication hook from its autograd hook, on
     the backward thread); not part of ``bucket_comm_s``. Empty: none."""
+    bucket_release_s: tuple[float, ...] = ()
+    """Horovod's cycle: a fused batch starts no earlier than this many seconds after backward
+    began (the first cycle tick after its gradients are ready). Empty: as soon as it is full."""
+    comm_slowdown: float = 0.0
+    """Fraction by which compute slows while a collective runs on the same GPU
+    (sim.costs.contention.comm_compute_slowdown)."""
+    iteration_overhead_s: float = 0.0
+    """A fixed cost per iteration after the optimizer step (strategy.iteration_overhead_s)."""
+    double_buffering: bool = False
+    """The gradients are reduced during the next iteration's compute (ChainerMN)."""
 
     @property
     def compute_s(self) -> float:
@@ -78,6 +89,22 @@ def assign_buckets(grad_bytes: Sequence[float], bucket_bytes: float, first_bucke
         else:
             buckets.append(current)
     return buckets
+
+
+def fusion_batches(grad_bytes: Sequence[float], fusion_bytes: float, cycle_s: float) -> tuple[list[list[int]], list[float]]:
+    """Horovod's tensor fusion (docs/tensor-fusion.rst): each cycle the background thread fuses
+    the tensors ready to be reduced, in request order, into batches of at most
+    HOROVOD_FUSION_THRESHOLD bytes, and reduces them one after another. A tensor counts as
+    ready when the framework has scheduled its gradient, which the host does far ahead of the
+    GPU (docs/timeline.rst: the processing phase first waits, WAIT_FOR_DATA, 'for GPU to finish
+    computing input ... because TensorFlow tries to smartly interleave scheduling and GPU
+    computation'): all of backward's gradients are requested within the first cycle. So the
+    batches are consecutive runs of the backward order up to the threshold, released at the
+    first cycle tick, each then waiting for its last gradient on the GPU (the engine's
+    hand-off). Returns the batches (positions in backward order) and their release times after
+    backward starts."""
+    batches = assign_buckets(grad_bytes, fusion_bytes, fusion_bytes)
+    return batches, [cycle_s] * len(batches)
 
 
 def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> tuple[float, float, dict[str, float]]:
@@ -126,8 +153,11 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     n_layers = len(workload.layers)
     backward_order = list(range(n_layers - 1, -1, -1))
     grad_bytes = [workload.layers[i].param_count * strategy.grad_bytes_per_param for i in backward_order]
+    release: list[float] = []
     if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
         groups = [list(range(n_layers))]  # all variables pulled and pushed together, after backward
+    elif strategy.fusion_bytes is not None:
+        groups, release = fusion_batches(grad_bytes, strategy.fusion_bytes, strategy.cycle_time_s or 0.0)
     else:
         groups = assign_buckets(grad_bytes, strategy.bucket_bytes, strategy.first_bucket_bytes or DDP_FIRST_BUCKET_BYTES)
     buckets = []
@@ -160,4 +190,8 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         overlap=strategy.overlap,
         bucket_codec_s=tuple(codec_s),
         bucket_encode_s=tuple(encode_s) if any(encode_s) else (),
+        bucket_release_s=tuple(release),
+        comm_slowdown=comm_compute_slowdown(scenario) if cluster.world_size > 1 else 0.0,
+        iteration_overhead_s=strategy.iteration_overhead_s,
+        double_buffering=strategy.double_buffering,
     )

@@ -26,6 +26,9 @@ class RankStreams:
         self.ready_at: dict[int, float] = {}
         self.comm_done = env.event()
         self.end_s = 0.0
+        self.backward_start_s = 0.0
+        self.comm_busy = False
+        """True while a collective runs: compute then runs at 1 - plan.comm_slowdown."""
 
     def start(self) -> None:
         self.env.process(self.communicate())
@@ -37,19 +40,28 @@ class RankStreams:
     def communicate(self):
         raise NotImplementedError
 
+    def _work(self, t: float) -> float:
+        """A kernel's duration: slowed while a collective holds some of the GPU's SMs (the
+        state at its start decides: layers are short next to a collective)."""
+        return t / (1.0 - self.plan.comm_slowdown) if self.comm_busy and self.plan.comm_slowdown else t
+
     def compute(self):
         env, plan = self.env, self.plan
+        if plan.double_buffering:  # the previous iteration's gradients reduce during this one
+            for bucket in plan.buckets:
+                yield from self._hand_off(bucket)
         for name, t in zip(plan.layer_names, plan.fwd_s, strict=True):
             start = env.now
-            yield env.timeout(t)
+            yield env.timeout(self._work(t))
             self._span("compute", f"fwd {name}", start)
         bucket_of = {b.layers[-1]: b for b in plan.buckets}
         deferred = []
+        self.backward_start_s = env.now
         for i in range(len(plan.layer_names) - 1, -1, -1):
             start = env.now
-            yield env.timeout(plan.bwd_s[i])
+            yield env.timeout(self._work(plan.bwd_s[i]))
             self._span("compute", f"bwd {plan.layer_names[i]}", start)
-            if i in bucket_of:
+            if i in bucket_of and not plan.double_buffering:
                 bucket = bucket_of[i]
                 self.ready_at[bucket.index] = env.now
                 if plan.overlap:
@@ -58,10 +70,17 @@ class RankStreams:
                     deferred.append(bucket)
         for bucket in deferred:
             yield from self._hand_off(bucket)
-        yield self.comm_done
+        if not plan.double_buffering:
+            yield self.comm_done
         start = env.now
-        yield env.timeout(plan.optimizer_s)
+        yield env.timeout(self._work(plan.optimizer_s))
         self._span("compute", "optimizer step", start)
+        if plan.double_buffering:
+            yield self.comm_done
+        if plan.iteration_overhead_s > 0:
+            start = env.now
+            yield env.timeout(plan.iteration_overhead_s)
+            self._span("compute", "iteration overhead", start)
         self.end_s = env.now
 
     def _hand_off(self, bucket):
@@ -73,4 +92,5 @@ class RankStreams:
             start = env.now
             yield env.timeout(encode_s)
             self._span("compute", f"encode bucket {bucket.index}", start)
+        self.ready_at.setdefault(bucket.index, env.now)
         yield self.ready.put(bucket)
