@@ -276,7 +276,7 @@ def claims_markdown(results_root: str | Path) -> str:
 
 
 def update_readme(readme: str | Path, table: str) -> None:
-    from scalebench.fileio import atomic_write_text
+    from sim.fileio import atomic_write_text
 
     text = Path(readme).read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:

@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 
 from experiments.store import ResultDir  # noqa: E402
 from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
-from scalebench.fileio import atomic_write_bytes  # noqa: E402
+from sim.fileio import atomic_write_bytes  # noqa: E402
 from sim.yamlio import load_yaml_text  # noqa: E402
 
 FORMATS = ("png", "svg")

@@ -149,6 +149,6 @@ def git_revision() -> str:
 
 
 def provenance() -> dict[str, str]:
-    from scalebench import __version__
+    from sim import __version__
 
     return {"scalebench_version": __version__, "git_revision": git_revision()}

@@ -18,9 +18,9 @@ from typing import Any
 
 from experiments.config import expand, experiment_from_dict
 from experiments.points import axis_columns, point_id, run_sim_payload
-from scalebench.fileio import atomic_write
 from sim.config import read_yaml
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
+from sim.fileio import atomic_write
 
 DEFAULT_TOLERANCE = {"efficiency_pp": 1.0, "iteration_time_pct": 5.0}
 BASELINE_COLUMNS = ("point_id", "label", "world_size", "scaling_efficiency", "iteration_time_s")

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.plots import plot_results
     from experiments.report import render_markdown
     from experiments.runner import run_experiment
-    from scalebench.fileio import atomic_write_text
+    from sim.fileio import atomic_write_text
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="recompute every point")

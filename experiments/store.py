@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from experiments.config import Experiment, Skipped
-from scalebench.fileio import atomic_write, atomic_write_json, atomic_write_text
 from sim.errors import ConfigError
+from sim.fileio import atomic_write, atomic_write_json, atomic_write_text
 
 RESULTS_CSV = "results.csv"
 META_JSON = "meta.json"

@@ -187,13 +187,7 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
 
 
 def format_comm_table(rows: list[dict]) -> str:
-    """nccl-tests style: a header, a units row, one line per size."""
-    lines = [f"{'collective':>15} {'size':>12} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
-             f"{'':>15} {'(B)':>12} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"]
-    for r in rows:
-        if "time_s" not in r:
-            lines.append(f"{r['collective']:>15} {r['size_bytes']:>12}  unsupported: {r.get('error', '')}")
-            continue
-        lines.append(f"{r['collective']:>15} {r['size_bytes']:>12} {r['time_s'] * 1e6:>10.1f} "
-                     f"{r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {r['wrong']:>7}")
-    return "\n".join(lines) + "\n"
+    """nccl-tests style, the columns ``scalebench collective`` prints (sim/commtable.py)."""
+    from sim.commtable import comm_table
+
+    return comm_table(rows)

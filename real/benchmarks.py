@@ -137,7 +137,7 @@ def run_benchmarks(out: str | None = None, rounds: int = 5, iterations: int = 20
     say(f"   load average before/after: {report['load_average_before']} / {report['load_average_after']} "
         f"on {os.cpu_count()} cores (other work shares this machine)")
     if out:
-        from scalebench.fileio import atomic_write_json
+        from sim.fileio import atomic_write_json
 
         atomic_write_json(out, report)
     return 0

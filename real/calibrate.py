@@ -20,10 +20,10 @@ from typing import Any
 import yaml
 
 from real.bench_comm import measure_collectives
-from real.fit import fit_alpha_beta, link_parameters
 from real.launch import launch
 from real.results import cpu_model, git_revision, write_rows
-from scalebench.fileio import atomic_write_text
+from sim.fileio import atomic_write_text
+from sim.fit import fit_alpha_beta, link_parameters
 
 DEFAULT_BATCH = {"mlp": 64, "small_cnn": 32, "small_transformer": 8}
 DEVICE_NAME = "cpu_local"

@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from scalebench.fileio import atomic_write_json, atomic_write_text
+from sim.fileio import atomic_write_json, atomic_write_text
 
 NO_LATENCY_NOTE = "no added latency (netem is not available; tbf/htb shape rate only)"
 

@@ -80,7 +80,7 @@ def _plot(path: Path, dp: list[float], single: list[float], world: int, max_rel:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from scalebench.fileio import atomic_write_bytes
+    from sim.fileio import atomic_write_bytes
 
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(single, label="single process (all samples)", linewidth=3, alpha=0.5)

@@ -115,7 +115,7 @@ def run_job(job: dict[str, Any]) -> int:
         if isinstance(result, dict):
             result["cpu_binding"] = ctx.cpu_binding or "unbound"
         if ctx.rank == 0 and job.get("out"):
-            from scalebench.fileio import atomic_write_json
+            from sim.fileio import atomic_write_json
 
             atomic_write_json(job["out"], result)
         if dist.is_initialized():

@@ -1,3 +1,5 @@
 """scalebench: simulate and measure how distributed training scales."""
 
-__version__ = "0.1.0"
+from sim import __version__
+
+__all__ = ["__version__"]

@@ -43,7 +43,7 @@ from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from real.models import MODELS, model_spec  # noqa: E402
-from scalebench.fileio import atomic_write_text  # noqa: E402
+from sim.fileio import atomic_write_text  # noqa: E402
 from sim.workload import LAYER_COLUMNS  # noqa: E402
 
 COUNT_BATCH = 2

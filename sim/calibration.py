@@ -35,8 +35,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sim.config import Scenario, read_yaml
 from sim.errors import ConfigError, require_positive
+from sim.scenario import Scenario
+from sim.yamlio import read_yaml
 
 DEVICE_FILE = "device.yaml"
 CATALOG_FILE = "catalog.yaml"

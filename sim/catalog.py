@@ -15,7 +15,7 @@ from typing import Any
 
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
 from sim.units import GIB, gbit_per_s_to_Bps, gbyte_per_s_to_Bps, tflops_to_flops, us_to_s
-from sim.yamlio import load_yaml_text
+from sim.yamlio import load_yaml_text, read_yaml
 
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 LINK_KINDS = ("tcp", "roce", "infiniband", "nvlink", "pcie", "loopback", "custom")
@@ -308,7 +308,5 @@ def builtin_catalog() -> Catalog:
 
 def load_catalog_file(path: str | Path, base: Catalog | None = None) -> Catalog:
     """Extend ``base`` (the built-in catalog by default) with a YAML file of gpus/links."""
-    from sim.config import read_yaml  # late import: config imports catalog
-
     data = read_yaml(path)
     return (base or builtin_catalog()).extended(data, where=str(path))

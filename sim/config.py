@@ -1,29 +1,30 @@
-"""A scenario: one workload, one cluster, one strategy, and how to simulate them.
+"""Reading and checking a scenario: the one place a workload, a cluster and a strategy are
+validated together (degrees, placement, faults, memory, the collective library's options), above
+the engines and the cost layer, which only ever see a checked ``sim.scenario.Scenario``.
 
 This is the one description that both sim/ and real/ consume. It is torch-free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sim.catalog import Catalog, builtin_catalog
 from sim.cluster import Cluster, cluster_from_dict
+from sim.costs.backends import BACKENDS, default_backend
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
-from sim.faults import (
-    Faults,
-    Heterogeneity,
-    check_against_cluster,
-    faults_from_dict,
-    heterogeneity_from_dict,
-)
+from sim.faults import check_against_cluster, faults_from_dict, heterogeneity_from_dict
+from sim.memory import check_memory
+from sim.parallel import check_placement
+from sim.scenario import Scenario
 from sim.strategy import Strategy, check_degrees, strategy_from_dict
-from sim.workload import Workload, workload_from_dict
-from sim.yamlio import load_yaml_text
+from sim.workload import workload_from_dict
+from sim.yamlio import read_yaml
+
+__all__ = ["FIDELITIES", "SCENARIO_KEYS", "Scenario", "load_scenario", "read_yaml", "resolve_backend",
+           "scenario_columns", "scenario_from_dict", "validate_scenario"]
 
 FIDELITIES = ("fast", "detailed")
 SIMULATION_KEYS = ("fidelity", "seed", "check_memory")
@@ -31,41 +32,6 @@ SCENARIO_KEYS = (
     "name", "description", "workload", "cluster", "strategy", "simulation", "catalog",
     "heterogeneity", "faults",
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Scenario:
-    name: str
-    workload: Workload
-    cluster: Cluster
-    strategy: Strategy
-    fidelity: str = "fast"
-    """fast: identical ranks simulated once, collectives costed per step with link-load
-    counting; detailed: every rank and every chunk, links shared max-min fairly."""
-    seed: int = 0
-    heterogeneity: Heterogeneity = Heterogeneity()
-    """Jitter, slow nodes, mixed GPUs: used by multi-iteration runs (sim/run.py)."""
-    faults: Faults = Faults()
-    check_memory: bool = True
-
-    def with_world_size(self, world_size: int) -> Scenario:
-        return replace(self, cluster=self.cluster.with_world_size(world_size))
-
-
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; a missing file or a syntax error is a ConfigError naming the file."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError("config", str(path), f"a readable YAML file ({err.strerror})") from None
-    try:
-        return load_yaml_text(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or "syntax error"
-        raise ConfigError(f"{path}{where}", "malformed YAML", f"valid YAML ({problem})") from None
 
 
 def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, extra_keys: tuple[str, ...] = ()) -> Scenario:
@@ -102,8 +68,6 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
 def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
     """The strategy with its collective library named (NCCL on GPUs, gloo on CPUs) and its
     algorithm and protocol checked against what that library offers."""
-    from sim.costs.backends import BACKENDS, default_backend
-
     backend = strategy.backend or default_backend(cluster.gpu)
     library = BACKENDS[backend]
     composed = ("auto", "hierarchical", "ps")
@@ -123,12 +87,8 @@ def validate_scenario(scenario: Scenario) -> None:
     check_degrees(s, c.world_size, len(w.layers), w.batch_size)
     check_against_cluster(scenario.heterogeneity, scenario.faults, c.world_size, c.nodes)
     if s.model_parallel:
-        from sim.parallel import check_placement
-
         check_placement(c, s.tp, s.pp)
     if scenario.check_memory:
-        from sim.memory import check_memory
-
         check_memory(scenario)
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.codecs import CODECS
-from sim.config import Scenario
 from sim.costs.pipeline import stash_micro_batches
 from sim.errors import ConfigError
+from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES
 from sim.units import human_bytes
 

@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from sim.config import Scenario
 from sim.costs.compute import OPTIMIZER_TRAFFIC, layer_times_s
 from sim.costs.ps import even_placement, round_robin_placement
 from sim.costs.staleness import STALENESS_PENALTIES
 from sim.engine.async_ps import AsyncPlan, run_async_ps
 from sim.errors import require_positive
 from sim.faults import lognormal_jitter, rank_speed_factors
+from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES
 
 

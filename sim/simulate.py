@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sim.config import Scenario
 from sim.engine.fast import run_fast
 from sim.engine.plan import build_plan
 from sim.result import IterationResult
+from sim.scenario import Scenario
 
 
 def _run(scenario: Scenario) -> IterationResult:

@@ -59,3 +59,23 @@ def human_seconds(t_s: float) -> str:
     if abs(t_s) < 1:
         return f"{t_s * 1e3:.2f} ms"
     return f"{t_s:.3f} s"
+
+
+_SIZE_SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": 1024 * GIB}
+
+
+def parse_bytes(field: str, text: str | int | float) -> int:
+    """'8', '256K', '1M', '1G' (binary, as nccl-tests' -b/-e read them) to bytes; a bad size is a
+    one-line error naming the field."""
+    from sim.errors import ConfigError
+
+    value = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    unit = value[-1:] if value[-1:] in _SIZE_SUFFIX and value[-1:] != "" else ""
+    number = value[: len(value) - len(unit)] if unit else value
+    try:
+        size = float(number) * _SIZE_SUFFIX[unit]
+    except ValueError:
+        raise ConfigError(field, text, "a size in bytes such as 8, 256K, 64M, 1G") from None
+    if not (size >= 1 and size < float("inf")) or size != int(size):
+        raise ConfigError(field, text, "a whole number of bytes >= 1 (such as 8, 256K, 64M, 1G)")
+    return int(size)

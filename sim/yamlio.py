@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from sim.errors import ConfigError
 
 
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -26,3 +29,19 @@ _Loader.add_implicit_resolver(
 
 def load_yaml_text(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; a missing file or a syntax error is a ConfigError naming the file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError("config", str(path), f"a readable YAML file ({err.strerror})") from None
+    try:
+        return load_yaml_text(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "syntax error"
+        raise ConfigError(f"{path}{where}", "malformed YAML", f"valid YAML ({problem})") from None

@@ -7,11 +7,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from real.fit import fit_alpha_beta, link_parameters
 from sim.calibration import apply_calibration, colocation_slowdown, layer_times_s, load_calibration
 from sim.config import scenario_from_dict
 from sim.costs.collectives import ring_allreduce_time
 from sim.errors import ConfigError
+from sim.fit import fit_alpha_beta, link_parameters
 
 SIZES = [1024 * 4**i for i in range(10)]
 

@@ -262,7 +262,7 @@ def test_coarse_calibration_splits_a_block_by_flops(tmp_path):
 
 
 def test_two_regime_fit_recovers_alpha_and_bandwidth_despite_noisy_small_sizes():
-    from validation.calib import two_regime_fit
+    from sim.fit import two_regime_fit
 
     alpha, bw = 200e-6, 50e6
     sizes = [1024 * 4**k for k in range(8)]

@@ -45,30 +45,6 @@ def _fits(cal: Calibration) -> list[dict[str, Any]]:
     return [f for f in (cal.links.get("fits") or []) if f.get("backend", "gloo") == "gloo"]
 
 
-LATENCY_MAX_BYTES = 16 * 1024
-BANDWIDTH_MIN_BYTES = 256 * 1024
-
-
-def two_regime_fit(sizes_bytes: list[float], times_s: list[float]) -> tuple[float, float] | None:
-    """(alpha_s, B_alg in B/s) of t = alpha + S/B_alg, each from the sizes where it dominates
-    (Hockney's model calibrated as LogP-style tools do): B_alg from a least-squares line through
-    the sizes >= 256 KiB (absolute error: the large sizes carry the bandwidth), alpha = the median
-    over sizes <= 16 KiB of t - S/B_alg. One relative-error fit over all sizes lets the noisy
-    small sizes (scheduler latency on shared cores) pull the bandwidth off by 30% and more."""
-    import numpy as np
-
-    big = [(s, t) for s, t in zip(sizes_bytes, times_s, strict=True) if s >= BANDWIDTH_MIN_BYTES]
-    small = [(s, t) for s, t in zip(sizes_bytes, times_s, strict=True) if s <= LATENCY_MAX_BYTES]
-    if len(big) < 2 or not small:
-        return None
-    slope = float(np.polyfit([s for s, _ in big], [t for _, t in big], 1)[0])
-    if slope <= 0:
-        s_max, t_max = max(big)
-        slope = t_max / s_max
-    alpha = float(np.median([t - s * slope for s, t in small]))
-    return max(0.0, alpha), 1.0 / slope
-
-
 def _comm_rows(cal: Calibration) -> list[dict[str, Any]]:
     import csv
 
@@ -83,7 +59,7 @@ def link_entries(cal: Calibration) -> dict[str, dict[str, Any]]:
     """Catalog link entries, one per measured (collective, link setting, world size): the
     two-regime fit of the raw microbenchmarks (comm.csv) where there are enough sizes, else
     the calibration's own fit; both mapped onto the simulator's closed form at that n."""
-    from real.fit import AlphaBeta, link_parameters
+    from sim.fit import AlphaBeta, link_parameters, two_regime_fit
 
     out = {}
     for f in _fits(cal):

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from scalebench.fileio import atomic_write_text
+from sim.fileio import atomic_write_text
 
 CODEC_OPS_FILE = "codec_ops.yaml"
 HOOK_CODECS = {"fp16": "fp16", "bf16": "bf16", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "int8": "int8"}

@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from scalebench.fileio import atomic_write_text
+from sim.fileio import atomic_write_text
 
 CODECS_FILE = "codecs.yaml"
 DTYPES = ("fp32", "fp16", "bf16")

@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from scalebench.fileio import atomic_write_text
+from sim.fileio import atomic_write_text
 
 PIPELINE_FILE = "pipeline.yaml"
 WIDTH = 16

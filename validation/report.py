@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from real.results import write_rows
-from scalebench.fileio import atomic_write_bytes
+from sim.fileio import atomic_write_bytes
 from validation.summary import worst_points
 
 BREAKDOWN = (("forward_time_s", "forward"), ("backward_time_s", "backward"), ("optimizer_time_s", "optimizer"),

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from scalebench.fileio import atomic_write_json
+from sim.fileio import atomic_write_json
 from validation.config import Point, ValidationConfig
 from validation.summary import (
     GROUP_COLUMNS,

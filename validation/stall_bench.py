@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from scalebench.fileio import atomic_write_text
+from sim.fileio import atomic_write_text
 from validation.microbench import nearest_world_size, piecewise_linear
 
 STALL_FILE = "comm_stall.yaml"

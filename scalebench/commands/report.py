@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from experiments.report import render_html, render_markdown
-    from scalebench.fileio import atomic_write_text
+    from sim.fileio import atomic_write_text
 
     text = render_html(args.results) if args.format == "html" else render_markdown(args.results)
     out = Path(args.out) if args.out else Path(args.results) / f"report.{args.format}"

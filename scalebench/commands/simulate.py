@@ -28,9 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalebench.fileio import atomic_write_json
     from sim.catalog import load_catalog_file
     from sim.config import scenario_columns, scenario_from_dict
+    from sim.fileio import atomic_write_json
     from sim.simulate import simulate
     from sim.trace import chrome_trace
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import simpy
 
-from sim.config import Scenario
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync, uses_collective
 from sim.engine.flows import ClusterNetwork
@@ -26,6 +25,7 @@ from sim.engine.plan import IterationPlan, build_plan
 from sim.engine.streams import RankStreams
 from sim.errors import ConfigError
 from sim.result import BucketRecord, IterationResult, Span
+from sim.scenario import Scenario
 
 MAX_DETAILED_WORLD_SIZE = 256
 """Beyond this the per-flow mode is slow and the fast path is the tool (identical ranks)."""

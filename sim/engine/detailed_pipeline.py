@@ -25,7 +25,6 @@ from collections import defaultdict
 
 import simpy
 
-from sim.config import Scenario
 from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync
@@ -40,6 +39,7 @@ from sim.engine.pipeline_plan import (
 from sim.engine.plan import DDP_FIRST_BUCKET_BYTES, assign_buckets
 from sim.errors import ConfigError
 from sim.result import IterationResult, Span
+from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES
 
 TRACED_RANKS = 8

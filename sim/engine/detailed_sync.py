@@ -28,10 +28,10 @@ from typing import Any
 import simpy
 
 from sim.codecs import CODECS
-from sim.config import Scenario
 from sim.costs.codecs import decode_sum_time_s, encode_time_s, error_feedback_time_s, wire_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.errors import ConfigError
+from sim.scenario import Scenario
 
 ALLREDUCE_SCHEDULES = ("ring", "hierarchical", "ps")
 """Collectives the detailed mode has per-rank schedules for."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.config import Scenario
 from sim.costs.collectives import link_of
 from sim.costs.comm import spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
@@ -20,6 +19,7 @@ from sim.costs.tensor import tp_layer_comm_s
 from sim.engine.plan import DDP_FIRST_BUCKET_BYTES, assign_buckets, bucket_sync
 from sim.errors import ConfigError
 from sim.parallel import check_placement, dp_group, stage_boundary_link, tp_group
+from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES
 
 

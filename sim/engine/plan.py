@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from sim.catalog import GPU
 from sim.cluster import Cluster
 from sim.codecs import CODECS
-from sim.config import Scenario
 from sim.costs.codecs import CompressedSync, compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s
 from sim.costs.comm import allreduce_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.contention import comm_compute_slowdown
 from sim.costs.ps import ps_placed_push_pull, round_robin_placement
+from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 
+import sim.costs.backends.nccl_tables as T
 from sim.catalog import GPU, Link
 from sim.cluster import Cluster
-from sim.costs.backends import nccl_tables as T
 from sim.costs.backends.common import (
     Backend,
     CommCost,

@@ -1,4 +1,4 @@
-"""Fitting measured collective times to the alpha-beta form. Pure numpy, torch-free.
+"""Fitting measured collective times to the alpha-beta form (calibration, sim/calibration.py). Pure numpy.
 
 Measured form, per collective at a fixed world size n:  t(S) = alpha + S / B_alg
 (least squares on relative error, so 1 KiB and 256 MiB weigh alike). gloo on a few ranks
@@ -60,3 +60,25 @@ def link_parameters(fit: AlphaBeta, collective: str, n: int) -> tuple[float, flo
     """(per-step latency a in s, link bandwidth B in B/s) of the closed form that reproduces ``fit`` at n."""
     steps, factor = steps_and_factor(collective, n)
     return fit.alpha_s / steps, fit.bandwidth_Bps * factor
+
+
+LATENCY_MAX_BYTES = 16 * 1024
+BANDWIDTH_MIN_BYTES = 256 * 1024
+
+
+def two_regime_fit(sizes_bytes: list[float], times_s: list[float]) -> tuple[float, float] | None:
+    """(alpha_s, B_alg in B/s) of t = alpha + S/B_alg, each from the sizes where it dominates
+    (Hockney's model calibrated as LogP-style tools do): B_alg from a least-squares line through
+    the sizes >= 256 KiB (absolute error: the large sizes carry the bandwidth), alpha = the median
+    over sizes <= 16 KiB of t - S/B_alg. One relative-error fit over all sizes lets the noisy
+    small sizes (scheduler latency on shared cores) pull the bandwidth off by 30% and more."""
+    big = [(s, t) for s, t in zip(sizes_bytes, times_s, strict=True) if s >= BANDWIDTH_MIN_BYTES]
+    small = [(s, t) for s, t in zip(sizes_bytes, times_s, strict=True) if s <= LATENCY_MAX_BYTES]
+    if len(big) < 2 or not small:
+        return None
+    slope = float(np.polyfit([s for s, _ in big], [t for _, t in big], 1)[0])
+    if slope <= 0:
+        s_max, t_max = max(big)
+        slope = t_max / s_max
+    alpha = float(np.median([t - s * slope for s, t in small]))
+    return max(0.0, alpha), 1.0 / slope
