@@ -220,10 +220,14 @@ def compute_scale_factor(scenario: Scenario, calibration: dict[str, Any]) -> flo
     batch = int(calibration.get("batch_size", scenario.workload.batch_size))
     if "single_gpu_iteration_time_s" in calibration:
         field = "calibration.single_gpu_iteration_time_s"
-        measured_s = float(require_positive(field, calibration["single_gpu_iteration_time_s"]))
+        figure = float(require_positive(field, calibration["single_gpu_iteration_time_s"]))
+        measured_s = figure
     else:
         field = "calibration.single_gpu_samples_per_s"
-        measured_s = batch / float(require_positive(field, calibration["single_gpu_samples_per_s"]))
+        figure = float(require_positive(field, calibration["single_gpu_samples_per_s"]))
+        measured_s = batch / figure
+    if figure == float("inf"):
+        raise ConfigError(field, figure, "a positive finite number")
     times, optimizer_s = _layer_and_optimizer_s(scenario, batch)
     layers_s = sum(f + b for f, b in times)
     if measured_s <= optimizer_s or layers_s <= 0:

@@ -18,7 +18,7 @@ from sim.units import GIB, gbit_per_s_to_Bps, gbyte_per_s_to_Bps, tflops_to_flop
 from sim.yamlio import load_yaml_text, read_yaml
 
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-LINK_KINDS = ("tcp", "roce", "infiniband", "nvlink", "pcie", "loopback", "custom")
+LINK_KINDS = ("tcp", "roce", "infiniband", "nvlink", "pcie", "loopback", "measured", "custom")
 """A link's kind selects its transport model (sim.costs.transports.TRANSPORTS)."""
 DEVICE_KINDS = ("gpu", "cpu")
 NIC_VENDORS = ("aws", "gcp")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 
-def atomic_write(path: str | Path, write: Callable[[IO[str]], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[IO[str]], object]) -> Path:
     """Write through ``write(fh)`` into a temporary file beside ``path``, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

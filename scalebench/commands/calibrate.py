@@ -9,6 +9,15 @@ from scalebench.commands.common import write_out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from-nccl-tests", nargs="+", metavar="FILE",
+                        help="instead of measuring here: read nccl-tests output (all_reduce_perf ... text, or CSV/JSON "
+                             "made of it) from your cluster and write catalog links fitted to it (no torch needed)")
+    parser.add_argument("--name", default="nccl_tests", help="with --from-nccl-tests: prefix of the link entries")
+    parser.add_argument("--op", help="with --from-nccl-tests: the collective, where the file name does not say it")
+    parser.add_argument("--nranks", type=int, help="with --from-nccl-tests: ranks of the run, where the output lacks "
+                                                   "its '# Rank ... device' lines")
+    parser.add_argument("--intra-link", default="nvlink2",
+                        help="with --from-nccl-tests over several hosts: the catalog's link inside a node (default nvlink2)")
     parser.add_argument("--out", default="results/calibration", help="calibration directory to write")
     parser.add_argument("--models", nargs="+", help="CPU-sized workloads (default: mlp small_cnn small_transformer)")
     parser.add_argument("--colocated", type=int, nargs="+", default=[1, 2, 4], help="co-located rank counts to profile")
@@ -25,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import sys
+
+    if args.from_nccl_tests:
+        return _from_nccl_tests(args)
 
     from real.calibrate import calibrate
     from real.launch import RunFailed
@@ -62,4 +74,65 @@ def run(args: argparse.Namespace) -> int:
               f"  co-location slowdown per rank: {slow}\n  links: {links_text}\n"
               f"  use: scalebench simulate --catalog {summary['dir']}/catalog.yaml --gpu cpu_local "
               "--intra-link gloo_loopback ...\n")
+    return 0
+
+
+def _from_nccl_tests(args: argparse.Namespace) -> int:
+    """Parse every file first (a bad one: one line naming file and line, nothing written), fit,
+    then write catalog.yaml and nccl_tests.csv atomically into --out."""
+    import csv
+    import io
+    from pathlib import Path
+
+    import yaml
+
+    from sim.catalog import builtin_catalog
+    from sim.costs.backends.alpha_beta import cost as alpha_beta_cost
+    from sim.costs.backends.common import CommOptions
+    from sim.errors import ConfigError, require_positive
+    from sim.fileio import atomic_write_text
+    from sim.nccl_tests import link_entries, read_nccl_tests
+
+    if args.nranks is not None:
+        require_positive("--nranks", args.nranks, integer=True)
+    if args.intra_link not in builtin_catalog().links:
+        raise ConfigError("--intra-link", args.intra_link, builtin_catalog().links)
+    rows = []
+    for path in args.from_nccl_tests:
+        rows += read_nccl_tests(path, op=args.op, ranks=args.nranks)
+    links = link_entries(rows, args.name, args.intra_link)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", str(out), "a directory (this is a file)")
+    catalog = builtin_catalog().extended({"links": links})
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=["op", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "ranks",
+                                             "hosts", "predicted_time_s", "error_pct", "where"], lineterminator="\n")
+    writer.writeheader()
+    lines = []
+    for r in rows:
+        from sim.cluster import Cluster
+
+        key = f"{args.name}_{'intra' if r.hosts == 1 else 'inter'}" + ("" if r.op == "allreduce" else f"_{r.op}")
+        per_node = r.ranks // r.hosts
+        group = Cluster(nodes=r.hosts, gpus_per_node=per_node, gpu=builtin_catalog().gpus["v100"],
+                        intra_link=catalog.links[key] if r.hosts == 1 else catalog.links[f"{args.name}_intra"],
+                        inter_link=catalog.links[key])
+        predicted = alpha_beta_cost(r.op, r.size_bytes, group, CommOptions()).time_s
+        err = 100 * (predicted - r.time_s) / r.time_s
+        writer.writerow({"op": r.op, "size_bytes": r.size_bytes, "time_s": r.time_s, "algbw_GBps": r.algbw_GBps,
+                         "busbw_GBps": r.busbw_GBps, "ranks": r.ranks, "hosts": r.hosts,
+                         "predicted_time_s": predicted, "error_pct": round(err, 2), "where": r.where})
+        lines.append(err)
+    atomic_write_text(out / "catalog.yaml", yaml.safe_dump({"links": links}, sort_keys=False, width=100))
+    atomic_write_text(out / "nccl_tests.csv", buf.getvalue())
+    from scalebench.commands.common import write_out
+
+    big = [abs(e) for e, r in zip(lines, rows, strict=True) if r.size_bytes >= 256 * 1024]
+    summary = "\n".join(f"  {k}: {v.get('bandwidth_GBps', '(base ' + str(v.get('base')) + ')')} GB/s, "
+                        f"{v.get('software_latency_us', '')} us/step" for k, v in links.items())
+    write_out(f"calibration written to {out}/ (catalog.yaml, nccl_tests.csv) from {len(rows)} rows\n{summary}\n"
+              f"  the fitted links reproduce the rows >= 256 KiB within {max(big, default=0):.1f} % "
+              f"(median {sorted(big)[len(big) // 2] if big else 0:.1f} %)\n"
+              f"  use: scalebench collective --catalog {out}/catalog.yaml --intra-link ... --inter-link ...\n")
     return 0

@@ -23,6 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser)
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
     parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto timeline of the iteration")
+    parser.add_argument("--backend", help="collective library: nccl, gloo, mpi (default: nccl on GPUs, gloo on CPUs)")
+    parser.add_argument("--single-gpu-samples-per-s", type=float,
+                        help="calibrate compute to one measured GPU: its samples/s (scales every layer's roofline time)")
+    parser.add_argument("--single-gpu-iteration-time-s", type=float,
+                        help="calibrate compute to one measured GPU: its iteration time in seconds")
+    parser.add_argument("--calibration-batch", type=int,
+                        help="the batch the single-GPU figure was measured at (default: the workload's)")
     parser.add_argument("--iterations", type=int, default=None,
                         help="simulate a run of this many iterations (stragglers, failures, asynchronous PS)")
 
@@ -35,7 +42,15 @@ def run(args: argparse.Namespace) -> int:
     from sim.trace import chrome_trace
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
-    scenario = scenario_from_dict(scenario_dict_from_args(args, DEFAULT_SCENARIO), catalog)
+    spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
+    if args.backend is not None:
+        spec.setdefault("strategy", {})["backend"] = args.backend
+    scenario = scenario_from_dict(spec, catalog)
+    calibration = _throughput_calibration(args)
+    if calibration:
+        from sim.calibration import apply_throughput_calibration
+
+        scenario = apply_throughput_calibration(scenario, calibration)
     if args.iterations is not None:
         return _run_many(scenario, args)
     result = simulate(scenario)
@@ -47,6 +62,25 @@ def run(args: argparse.Namespace) -> int:
     if args.trace:
         atomic_write_json(args.trace, chrome_trace(result, title=scenario.name))
     return 0
+
+
+def _throughput_calibration(args: argparse.Namespace) -> dict | None:
+    """The experiments' ``calibration:`` section, from the command line."""
+    from sim.errors import ConfigError
+
+    given = {k: v for k, v in (("single_gpu_samples_per_s", args.single_gpu_samples_per_s),
+                               ("single_gpu_iteration_time_s", args.single_gpu_iteration_time_s)) if v is not None}
+    if len(given) > 1:
+        raise ConfigError("--single-gpu-samples-per-s", args.single_gpu_samples_per_s,
+                          "one of --single-gpu-samples-per-s, --single-gpu-iteration-time-s")
+    if not given:
+        if args.calibration_batch is not None:
+            raise ConfigError("--calibration-batch", args.calibration_batch,
+                              "only with --single-gpu-samples-per-s or --single-gpu-iteration-time-s")
+        return None
+    if args.calibration_batch is not None:
+        given["batch_size"] = args.calibration_batch
+    return given
 
 
 def _run_many(scenario, args: argparse.Namespace) -> int:
@@ -85,7 +119,8 @@ def breakdown_table(row: dict) -> str:
 
     lines = [
         f"{row['model']} x {row['world_size']} {row['gpu']} ({row['nodes']} nodes x {row['gpus_per_node']}), "
-        f"intra {row['intra_link']}, inter {row['inter_link']}; {row['strategy']} {row['collective']}, "
+        f"intra {row['intra_link']}, inter {row['inter_link']}; {row['strategy']}"
+        f"{', ' + row['framework'] if row.get('framework') else ''}, {row.get('backend', '')} {row['collective']}, "
         f"bucket {row['bucket_mib']:g} MiB, overlap {'on' if row['overlap'] else 'off'}, {row['precision']}, "
         f"batch {row['batch_size']}/{'GPU' if row.get('dp', row['world_size']) == row['world_size'] else 'replica'} "
         f"({row['fidelity']} fidelity)",

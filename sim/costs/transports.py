@@ -12,7 +12,7 @@ slower line rate does (DESIGN.md 'Transports'):
   NCCL_SOCKET_NTHREADS, gloo one.
 - roce, infiniband: verbs; no window short of the NIC's, no slow start, no kernel copies.
 - nvlink, pcie: load/store or copy engines inside a node.
-- loopback, custom: links whose figures are a measurement of the library end to end (what
+- loopback, measured, custom: links whose figures are a measurement of the library end to end (what
   ``scalebench calibrate`` fits) or a user's alpha-beta: the line rate and latency as given,
   nothing added (``Transport.end_to_end``: a backend adds no pipeline stalls of its own either).
 
@@ -142,6 +142,8 @@ TRANSPORTS: dict[str, Transport] = {
     "pcie": Transport("pcie", line_stream_Bps, _no_cold_start, description="PCIe peer to peer inside a node"),
     "loopback": Transport("loopback", line_stream_Bps, _no_cold_start, end_to_end=True,
                           description="a measured link (scalebench calibrate): its fitted figures, nothing added"),
+    "measured": Transport("measured", line_stream_Bps, _no_cold_start, end_to_end=True,
+                          description="a link fitted to a library's own collectives (calibrate --from-nccl-tests)"),
     "custom": Transport("custom", line_stream_Bps, _no_cold_start, end_to_end=True,
                         description="a user's alpha-beta link: its figures, nothing added"),
 }

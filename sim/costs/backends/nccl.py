@@ -95,6 +95,7 @@ def _pick(speeds: tuple[float, ...], available: float) -> tuple[float, int]:
 def ring_graph(group: Cluster) -> Graph:
     hopper = _cc(group.gpu) >= 9.0
     intra_hw = "nvlink" if group.intra_link.kind == "nvlink" else "pci"
+    speeds: tuple[float, ...]
     if group.nodes == 1:
         speeds = T.SM90_SPEED_ARRAY_INTRA if hopper else T.SPEED_ARRAY_INTRA
         available = intra_node_GBps(group)
