@@ -83,3 +83,37 @@ def allreduce_cost(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
     if spec.collective == "hierarchical":
         return hierarchical_allreduce(n_bytes, group, spec)
     return op_cost("allreduce", n_bytes, group, spec)
+
+
+def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
+    """The cluster as the detailed mode's per-flow network should see it under the library:
+    each link an alpha-beta twin (kind custom) whose rate is what the transport gives a
+    connection with the library's streams and whose alpha adds the library's own per-step
+    latency of its ring (NCCL: tuning.cc's Simple hop latency of the link's hardware class).
+    Measured and alpha-beta links are already that."""
+    from sim.catalog import Link
+    from sim.costs.backends.common import end_to_end
+    from sim.costs.transports import connection_Bps
+
+    if end_to_end(group):
+        return group
+
+    def twin(link: Link, hardware: str, streams: int) -> Link:
+        step_us = 0.0
+        if spec.backend == "nccl":
+            import sim.costs.backends.nccl_tables as tables
+
+            step_us = tables.HW_LAT_US[hardware]["ring"]["Simple"]
+        rate = connection_Bps(link, streams)
+        return Link(name=f"{link.name}@{spec.backend}", kind="custom", bandwidth_Bps=rate, latency_s=link.latency_s,
+                    software_latency_s=link.software_latency_s + step_us * 1e-6, efficiency=1.0,
+                    source=f"{link.name} as {spec.backend} sees it per flow (sim.costs.comm.per_flow_cluster)")
+
+    streams = 1
+    if spec.backend == "nccl" and group.nodes > 1:
+        from sim.costs.backends.nccl import ring_graph, sockets_per_connection
+
+        streams = ring_graph(group).runtime_channels * sockets_per_connection(group.inter_link)
+    intra_hw = "nvlink" if group.intra_link.kind == "nvlink" else "pci"
+    return replace(group, intra_link=twin(group.intra_link, intra_hw, 1),
+                   inter_link=twin(group.inter_link, "net", max(1, streams // group.nics_per_node)))

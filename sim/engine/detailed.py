@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import simpy
 
+from sim.costs.comm import per_flow_cluster, spec_of
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync, uses_collective
 from sim.engine.flows import ClusterNetwork
@@ -95,7 +96,7 @@ def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, Clus
     n = cluster.world_size
     env = simpy.Environment()
     servers = strategy.ps_servers if strategy.collective == "ps" and uses_collective(scenario) and n > 1 else 0
-    net = ClusterNetwork(env, cluster, servers=servers)
+    net = ClusterNetwork(env, per_flow_cluster(cluster, spec_of(strategy)), servers=servers)
     sync = GradientSync(env, scenario, Collectives(env, net))
     members = list(range(n))
     log: list[tuple[float, str]] = []

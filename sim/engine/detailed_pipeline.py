@@ -25,6 +25,7 @@ from collections import defaultdict
 
 import simpy
 
+from sim.costs.comm import per_flow_cluster, spec_of
 from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync
@@ -165,7 +166,7 @@ class _DetailedPipeline:
             groups = assign_buckets(grads, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES)
             self.stage_buckets.append([sum(grads[i] for i in group) for group in groups])
         self.env = simpy.Environment()
-        self.net = ClusterNetwork(self.env, scenario.cluster)
+        self.net = ClusterNetwork(self.env, per_flow_cluster(scenario.cluster, spec_of(scenario.strategy)))
         self.coll = Collectives(self.env, self.net)
         self.sync = GradientSync(self.env, scenario, self.coll)
         self.spans: list[Span] = []
