@@ -10,6 +10,10 @@ documentation or source, never from a result to match:
   (HOROVOD_CYCLE_TIME 5 ms): every cycle the tensors all ranks have ready are fused into one
   allreduce (docs/tensor-fusion.rst; horovod/common/operations.cc RunLoopOnce); these were the
   defaults until v0.21.0, whose release notes raised them to 128 MB and 1 ms (horovod_0.21).
+  As the 2017 source does it (sim/costs/fusion.py): batches never exceed the threshold and never
+  skip a tensor; a fused batch is copied into and out of the fusion buffer on Horovod's own
+  stream; the background thread waits for each batch's data (WAIT_FOR_DATA) but not for its
+  allreduce, which a detached finalizer thread completes, so batches queue on that one stream.
 - chainermn_2017: ChainerMN 1.0's multi-node optimizer allreduces all gradients, packed into
   one buffer, after backward has finished (chainermn/optimizers.py _MultiNodeOptimizer.update;
   pure_nccl_communicator.py packs the parameters into one GPU buffer): no overlap.

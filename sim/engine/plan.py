@@ -16,6 +16,7 @@ from sim.costs.collectives import bytes_by_link, collective_time_s
 from sim.costs.comm import allreduce_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.contention import comm_compute_slowdown
+from sim.costs.fusion import fusion_copy_s, horovod_fusion_batches
 from sim.costs.ps import ps_placed_push_pull, round_robin_placement
 from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES, Strategy
@@ -92,18 +93,18 @@ def assign_buckets(grad_bytes: Sequence[float], bucket_bytes: float, first_bucke
 
 
 def fusion_batches(grad_bytes: Sequence[float], fusion_bytes: float, cycle_s: float) -> tuple[list[list[int]], list[float]]:
-    """Horovod's tensor fusion (docs/tensor-fusion.rst): each cycle the background thread fuses
-    the tensors ready to be reduced, in request order, into batches of at most
-    HOROVOD_FUSION_THRESHOLD bytes, and reduces them one after another. A tensor counts as
-    ready when the framework has scheduled its gradient, which the host does far ahead of the
-    GPU (docs/timeline.rst: the processing phase first waits, WAIT_FOR_DATA, 'for GPU to finish
-    computing input ... because TensorFlow tries to smartly interleave scheduling and GPU
-    computation'): all of backward's gradients are requested within the first cycle. So the
-    batches are consecutive runs of the backward order up to the threshold, released at the
-    first cycle tick, each then waiting for its last gradient on the GPU (the engine's
-    hand-off). Returns the batches (positions in backward order) and their release times after
-    backward starts."""
-    batches = assign_buckets(grad_bytes, fusion_bytes, fusion_bytes)
+    """Horovod's tensor fusion (docs/tensor-fusion.rst; sim/costs/fusion.py for the 2017 source):
+    each cycle the background thread fuses the tensors all ranks have requested, in request
+    order, into batches of at most HOROVOD_FUSION_THRESHOLD bytes (never skipping a tensor that
+    does not fit), and performs them one after another. A tensor is requested when TensorFlow
+    schedules its gradient, which the host does far ahead of the GPU (docs/timeline.rst: the
+    processing phase first waits, WAIT_FOR_DATA, 'for GPU to finish computing input ... because
+    TensorFlow tries to smartly interleave scheduling and GPU computation'): all of backward's
+    gradients are requested within the first cycle. So the batches are consecutive runs of the
+    backward order, released at the first cycle tick, each then waiting for its last gradient on
+    the GPU (the engine's hand-off). Returns the batches (positions in backward order) and their
+    release times after backward starts."""
+    batches = horovod_fusion_batches(grad_bytes, fusion_bytes)
     return batches, [cycle_s] * len(batches)
 
 
@@ -176,6 +177,8 @@ def build_plan(scenario: Scenario) -> IterationPlan:
             t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
             encode_s.append(bucket_encode_s(n_bytes, cluster, strategy, cluster.gpu))
             t -= encode_s[-1]  # on the compute stream, at the hand-off
+            if strategy.fusion_bytes is not None and cluster.world_size > 1:  # Horovod's fusion buffer
+                t += fusion_copy_s(n_bytes, sum(grad_bytes[p] > 0 for p in positions), cluster.gpu)
         comm_s.append(t)
         codec_s.append(t_codec)
         link_bytes.append(by_link)
