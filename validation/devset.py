@@ -16,7 +16,10 @@ How each file is read (only what its README and sources say; nothing fitted to t
   the receiver.
 - nccl_busbw_single_node.csv: nccl-tests all_reduce_perf on 8 GPUs of one node over NVSwitch
   (A100 SXM4 on NVLink 3, H200 on NVLink 4); sizes are powers of two ('1MB' = 2^20 B,
-  '67MB' = 2^26 B); busbw = 2(n-1)/n x S / t.
+  '67MB' = 2^26 B); busbw = 2(n-1)/n x S / t. The source's benchmark runs
+  ``NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G -f 2 -g 8`` on 8 GPUs
+  (Benchmarks/NVIDIA/NCCLBandwidth.py); where NVLS is not available (A100) NCCL falls back to
+  its ring with every protocol (tuning.cc 'at least set ring algo available'; NVIDIA/nccl#1304).
 - horovod_tcp_vs_roce.csv: TensorFlow + Horovod 2017 (fusion 64 MB, cycle 5 ms, NCCL 2 ring
   allreduce), 4 Pascal GPUs per server (P100 PCIe, intra-node PCIe Gen3), 25 GbE over TCP or
   RoCE, batch 64 per GPU, fp32; the compute of one GPU from the ideal bar at the same GPU count
@@ -34,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from sim.catalog import Catalog, builtin_catalog
-from sim.cluster import cluster_from_dict
+from sim.cluster import Cluster, cluster_from_dict
 from sim.costs.backends import BUSBW_FACTOR, CommOptions, comm_cost
+from sim.costs.backends.nccl import nvls_available
 from sim.errors import ConfigError
 
 DEVSET_DIR = Path(__file__).resolve().parent / "devset"
@@ -145,6 +149,11 @@ def naive_busbw_GBps(size: float, n: int, bandwidth_Bps: float, latency_s: float
     return BUSBW_FACTOR["allreduce"](n) * size / t / 1e9
 
 
+def nccl_algo_as_run(cluster: Cluster) -> str:
+    """NCCL_ALGO=NVLS as the source set it, or the ring NCCL falls back to without NVLS."""
+    return "nvls" if nvls_available(cluster) else "ring"
+
+
 def busbw_predictions(data_dir: Path) -> list[Prediction]:
     catalog = builtin_catalog()
     out = []
@@ -156,7 +165,7 @@ def busbw_predictions(data_dir: Path) -> list[Prediction]:
         n = int(r["gpus"])
         size = _size_bytes(r["model"])
         cluster = cluster_from_dict({"nodes": 1, "gpus_per_node": n, "gpu": gpu, "intra_link": link}, catalog)
-        t = comm_cost("nccl", "allreduce", size, cluster).time_s
+        t = comm_cost("nccl", "allreduce", size, cluster, CommOptions(algorithm=nccl_algo_as_run(cluster))).time_s
         busbw = BUSBW_FACTOR["allreduce"](n) * size / t / 1e9
         lk = catalog.links[link]
         out.append(Prediction(f"nccl busbw {key} 8 GPUs", r["model"].replace("allreduce ", ""), float(r["value"]),

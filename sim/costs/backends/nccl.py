@@ -38,6 +38,13 @@ from sim.costs.backends.common import (
     ring_volume_bytes,
     zero_cost,
 )
+from sim.costs.backends.nccl_pipeline import (
+    CHUNK_BYTES,
+    NVLS_CHANNELS,
+    nvls_fill_s,
+    ring_critical_bytes,
+    ring_threads,
+)
 from sim.costs.transports import cold_start_s, connection_Bps
 from sim.errors import ConfigError
 
@@ -120,10 +127,14 @@ def nvls_available(group: Cluster) -> bool:
 
 
 def nvls_graph(group: Cluster) -> Graph:
-    """The NVLS search makes one channel per GPU of the node at the fastest bandwidth that fits."""
+    """The NVLS search makes one channel per GPU of the node at the fastest bandwidth that fits
+    (search.cc: intra-node NVLS pulls evenly from all GPUs, one head each); the kernels then run
+    on NVLS_CHANNELS blocks (nvls.cc), not on duplicated graph channels."""
     g = group.gpus_per_node
     bw, _ = _pick(T.SM90_SPEED_ARRAY_INTRA, intra_node_GBps(group) / g)
-    return Graph(g, bw, "nvlink", True)
+    graph = Graph(g, bw, "nvlink", True)
+    graph.runtime_channels = NVLS_CHANNELS
+    return graph
 
 
 # -- the tuning model ----------------------------------------------------------------------
@@ -263,11 +274,6 @@ def choose(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> tup
 
 # -- the prediction on the real links ------------------------------------------------------
 
-CHUNK_BYTES = {"Simple": T.SIMPLE_STEP_BYTES * T.RING_CHUNK_STEPS, "LL": 2**16 // 2, "LL128": 4915200 // 8 * 120 // 128}
-"""Data per ring step and channel: Simple 4 steps of 512 KiB; LL one step of its 256 KiB / 8
-buffer at half payload; LL128 one step of its 4.7 MB / 8 buffer at 120/128 (device.h buffer sizes)."""
-
-
 def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: Graph, streams: int) -> float:
     """The refinements of tuning.cc applied to what the links deliver instead of the search's
     nominal bandwidth: a ring's slowest edge (its NIC connections with ``streams`` streams)."""
@@ -304,13 +310,18 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     if algo == "ring":
         volume = ring_volume_bytes(op, n_bytes, n)
         steps = ring_steps(op, n)
+        channels, threads = graph.runtime_channels, ring_threads(proto, graph.channels * graph.bw)
         rate = volume / (n_bytes / alg_bw)
         chunk = CHUNK_BYTES[proto]
-        per_step = n_bytes / (graph.runtime_channels * n)
+        per_step = n_bytes / (channels * n)
         loops = max(1, math.ceil(per_step / chunk))
-        wire = pipelined_s(volume, rate, loops * steps, hop.latency_s, min(chunk, per_step))
+        wire = pipelined_s(_ring_busiest_volume(op, proto, n_bytes, volume, steps, channels, threads, n),
+                           rate, loops * steps, hop.latency_s, min(chunk, per_step))
         by_link = ring_bytes_by_link(volume, group)
-    else:  # trees: up and down, 2 log2(nodes) network hops; NVLS: one hop to the switch and back
+    elif algo == "nvls":  # one node: NVLS_CHANNELS blocks, graph.channels heads (one per GPU)
+        wire = n_bytes / alg_bw + nvls_fill_s(op, n_bytes, NVLS_CHANNELS, graph.channels, alg_bw) + hop.latency_s
+        by_link = ring_bytes_by_link(float(n_bytes), group)
+    else:  # trees: up and down, 2 log2(nodes) network hops (nvls_tree, offered on no single node, alike)
         depth = 2 * max(1, math.ceil(math.log2(group.nodes))) if group.nodes > 1 else 2
         volume = 2.0 * n_bytes if algo == "tree" else float(n_bytes)
         wire = pipelined_s(n_bytes, alg_bw, depth, hop.latency_s, min(CHUNK_BYTES[proto], n_bytes))
@@ -320,6 +331,17 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
                             inter_streams, options.idle_s)
     return CommCost(lat_s + wire + cold, algo, proto, by_link)
+
+
+def _ring_busiest_volume(op: str, proto: str, n_bytes: float, volume: float, steps: int, channels: int,
+                         threads: int, n: int) -> float:
+    """What a rank sends at the ring's pace: an allreduce's steps move the busiest slot's chunk on
+    every channel (nccl_pipeline.ring_critical_bytes: runRing's rounding), steps x channels x
+    that; other operations, and LL (whose busBw in tuning.cc, 1/4 of the graph's, capped by the
+    measured llMaxBws, already holds what its chunks cost), their plain ring volume."""
+    if op != "allreduce" or proto == "LL":
+        return volume
+    return max(volume, steps * channels * ring_critical_bytes(proto, n_bytes, channels, n, threads))
 
 
 def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
