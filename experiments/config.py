@@ -51,8 +51,6 @@ section's other keys (strategy, compression, backend, threads, ...) are the harn
 options and travel to it inside the point's spec as its ``real:`` section."""
 REAL_DEFAULTS: dict[str, Any] = {"iterations": 20, "warmup": 3, "timeout_s": 60.0, "link": None, "topology": "shared"}
 CALIBRATION_KEYS = ("single_gpu_iteration_time_s", "single_gpu_samples_per_s", "batch_size", "source")
-MEMORY_FIELD = "memory per rank"
-"""The field of sim/memory.py's check_memory error."""
 SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog", "heterogeneity", "faults")
 
 
@@ -189,8 +187,10 @@ def set_dotted(spec: dict[str, Any], path: str, value: Any) -> None:
         child = node.get(part)
         if part == "workload" and i == 0 and isinstance(child, str):
             child = {"model": child}
-        if not isinstance(child, dict):
+        if child is None:
             child = {}
+        if not isinstance(child, dict):  # `cluster: 5` would be dropped without a word
+            raise ConfigError(".".join(parts[:i + 1]), _short(child), f"a mapping (the sweep sets {path} in it)")
         node[part] = child
         node = child
     node[parts[-1]] = copy.deepcopy(value)
@@ -328,9 +328,9 @@ def _is_combination_error(err: ConfigError, axes: dict[str, list[Any]]) -> bool:
     for axis, values in axes.items():
         keys = [k for v in values for k in v if k != "label"] if axis == CASE_AXIS else [axis]
         touched |= {k.split(".")[0] for k in keys}
-    if err.field == MEMORY_FIELD:  # sim/memory.py: workload, cluster and strategy together decide it
-        return bool(touched & {"workload", "cluster", "strategy", "catalog"})
-    return err.field.split(".")[0].split("[")[0] in touched
+    # the error's field and the fields it depends on (ConfigError.related: the detailed fidelity's
+    # limits name the collective, the memory check every section)
+    return any(f.split(".")[0].split("[")[0] in touched for f in err.fields)
 
 
 def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list[Point], list[Skipped]]:
@@ -346,7 +346,11 @@ def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list
     for values in itertools.product(*(experiment.axes[n] for n in names)):
         spec, labels = _combination_spec(experiment, dict(zip(names, values, strict=False)))
         try:
-            scenario_from_dict(spec, catalog)
+            scenario = scenario_from_dict(spec, catalog)
+            if experiment.iterations is not None:
+                from sim.run import check_run_size
+
+                check_run_size(experiment.iterations, scenario.cluster.world_size)
             if experiment.calibration:
                 from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
 

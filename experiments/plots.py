@@ -29,7 +29,6 @@ import pandas as pd  # noqa: E402
 from experiments.store import ResultDir  # noqa: E402
 from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
 from sim.fileio import atomic_write_bytes  # noqa: E402
-from sim.yamlio import load_yaml_text  # noqa: E402
 
 FORMATS = ("png", "svg")
 TARGET_EFFICIENCY = 0.75
@@ -348,7 +347,7 @@ def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> l
         for axis in series_axes:
             if data[axis].nunique() > 1:
                 written += plot_compare(data, axis, series_axes, name, out / f"compare_{axis.replace('.', '_')}")
-        raw = load_yaml_text((store.path / "experiment.yaml").read_text(encoding="utf-8")) or {}
+        raw = store.experiment_raw()
         pid = timeline_point or pick_timeline_point(df)
         written += plot_timeline(store, pid, name, out / "timeline", raw.get("calibration"))
     return written

@@ -91,9 +91,17 @@ def run_columns(spec: dict[str, Any], calibration: dict[str, Any] | None, iterat
     }
 
 
-def run_sim_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    """Several points in one task (fewer round trips to the worker): [(point_id, columns)]."""
-    return [(p["point_id"], run_sim_payload(p)) for p in payloads]
+def run_sim_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | ConfigError]]:
+    """Several points in one task (fewer round trips to the worker): [(point_id, columns)], or
+    (point_id, the ConfigError) for a point the simulator refuses, so one such point costs
+    itself and not the sweep (the runner reports it as skipped)."""
+    out: list[tuple[str, dict[str, Any] | ConfigError]] = []
+    for p in payloads:
+        try:
+            out.append((p["point_id"], run_sim_payload(p)))
+        except ConfigError as err:
+            out.append((p["point_id"], err))
+    return out
 
 
 def load_measure():

@@ -53,7 +53,7 @@ def render_markdown(result_dir: str | Path) -> str:
 
     store = ResultDir(result_dir)
     meta, df = store.meta(), store.read_csv()
-    config = (store.path / "experiment.yaml").read_text(encoding="utf-8")
+    config = store.experiment_text()
     parts = [f"# {meta['name']}\n", f"{_provenance(df)}.\n", "## Config\n", f"```yaml\n{config}```\n"]
     if not is_run_table(df):
         parts += ["## Scaling efficiency\n", f"```\n{efficiency_table(df, meta)}\n```\n"]
@@ -69,7 +69,7 @@ def render_markdown(result_dir: str | Path) -> str:
 def render_html(result_dir: str | Path) -> str:
     store = ResultDir(result_dir)
     meta, df = store.meta(), store.read_csv()
-    config = (store.path / "experiment.yaml").read_text(encoding="utf-8")
+    config = store.experiment_text()
     esc = html.escape
     from experiments.tables import is_run_table
 

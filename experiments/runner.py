@@ -88,6 +88,21 @@ def _chunks(items: list[dict[str, Any]], jobs: int) -> Iterator[list[dict[str, A
         yield items[i:i + size]
 
 
+def plan(experiment: Experiment, measure: Callable[..., dict[str, Any]] | None = None) -> tuple[list[Point], list[Skipped]]:
+    """The points a run would compute and the combinations it would skip, with every check a run
+    makes before it starts (``--dry-run`` shows exactly this): the scenario's own, the measured
+    points' harness options, and that the harness is there (unless ``measure`` stands in for it)."""
+    points, skipped = expand(experiment)
+    real_specs = [p.spec for p in points if p.source == "real"]
+    if real_specs:
+        from experiments.points import check_real_specs, load_measure
+
+        if measure is None:
+            load_measure()
+        check_real_specs(real_specs)
+    return points, skipped
+
+
 def run_experiment(
     experiment: Experiment,
     out_dir: str | Path,
@@ -102,7 +117,7 @@ def run_experiment(
 ) -> RunSummary:
     """Run every point not yet in ``out_dir`` (all of them with ``force``)."""
     start = time.perf_counter()
-    points, skipped = expand(experiment)
+    points, skipped = plan(experiment, measure)
     ids = [point_id(p, experiment) for p in points]
     by_id: dict[str, Point] = dict(zip(ids, points, strict=False))
     if len(by_id) < len(ids):
@@ -113,23 +128,25 @@ def run_experiment(
         from experiments.points import load_measure
 
         measure = load_measure()
-    if any(p.source == "real" for p in points):
-        from experiments.points import check_real_specs
-
-        check_real_specs([p.spec for p in points if p.source == "real"])
     store.write_meta(experiment, order, skipped)
     finished = store.finished_ids()
     stale = len(finished - set(order))
     if stale:
         log(f"{stale} finished points in {store.points_dir} belong to no point of this config: kept, not in results.csv")
     done = set() if force else finished & set(order)
+    done_rows = {pid: store.readable_point(pid) for pid in done}
+    broken = sorted(pid for pid, point in done_rows.items() if point is None)
+    if broken:
+        log(f"{len(broken)} point files are unreadable (truncated or corrupt, e.g. {store.point_path(broken[0])}): "
+            "computing them again")
+        done -= set(broken)
     todo = [pid for pid in order if pid not in done]
     for s in skipped:
-        log(f"skipped {', '.join(f'{k}={v}' for k, v in s.axes.items())}: {s.reason}")
+        log(f"skipped {_axes_text(s.axes)}: {s.reason}")
     log(f"{experiment.name}: {len(order)} points ({len(done)} already done, {len(todo)} to run, "
         f"{len(skipped)} invalid combinations skipped) -> {store.path}")
     stamp = provenance()
-    older = {store.read_point(pid)["row"].get("git_revision") for pid in done} - {stamp["git_revision"]}
+    older = {done_rows[pid]["row"].get("git_revision") for pid in done} - {stamp["git_revision"]}  # type: ignore[index]
     if older:
         log(f"reusing points computed at git revision {', '.join(sorted(map(str, older)))} "
             f"(now {stamp['git_revision']}); --force recomputes them")
@@ -141,27 +158,38 @@ def run_experiment(
         store.write_point(pid, row, point.spec)
 
     computed = 0
+    refused: list[Skipped] = []
     sim_todo = [pid for pid in todo if by_id[pid].source == "sim"]
     real_todo = [pid for pid in todo if by_id[pid].source == "real"]
     jobs = max(1, jobs or os.cpu_count() or 1)
     bar = _progress(len(todo), experiment.name, progress)
     try:
         for pid, columns in _run_sim(sim_todo, by_id, experiment, jobs, executor, address):
+            bar.update(1)
+            if isinstance(columns, ConfigError):  # refused by the simulator itself: skipped, reported
+                refused.append(Skipped(by_id[pid].axes, str(columns)))
+                log(f"skipped {_axes_text(by_id[pid].axes)}: {columns}")
+                continue
             finish(pid, columns)
             computed += 1
-            bar.update(1)
         for pid in real_todo:
             finish(pid, run_real_point(by_id[pid].spec, experiment.real, measure))
             computed += 1
             bar.update(1)
     finally:
         bar.close()
+        if refused:
+            store.write_meta(experiment, order, skipped + refused)
         rows = store.rebuild_csv(order)
-    return RunSummary(store.path, len(order), len(done), computed, skipped, rows, time.perf_counter() - start)
+    return RunSummary(store.path, len(order), len(done), computed, skipped + refused, rows, time.perf_counter() - start)
+
+
+def _axes_text(axes: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 
 def _run_sim(pids: list[str], by_id: dict[str, Point], experiment: Experiment, jobs: int, executor: str,
-             address: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
+             address: str | None) -> Iterator[tuple[str, dict[str, Any] | ConfigError]]:
     payloads = [{"point_id": pid, "spec": by_id[pid].spec, "calibration": experiment.calibration,
                  "iterations": experiment.iterations} for pid in pids]
     if not payloads:

@@ -57,7 +57,23 @@ class ResultDir:
         atomic_write_json(self.point_path(pid), {"row": row, "spec": spec})
 
     def read_point(self, pid: str) -> dict[str, Any]:
-        return json.loads(self.point_path(pid).read_text(encoding="utf-8"))
+        """A finished point ``{row, spec}``; a ConfigError naming the file if it is unreadable."""
+        point = self.readable_point(pid)
+        if point is None:
+            raise ConfigError(str(self.point_path(pid)), "unreadable", "a point file written by `scalebench run` "
+                              "(truncated or corrupt: run the experiment again to recompute it)")
+        return point
+
+    def readable_point(self, pid: str) -> dict[str, Any] | None:
+        """``read_point``, or None when the file is missing, truncated or not a point (a run
+        killed by the machine, a disk that filled up): such a point counts as not finished."""
+        try:
+            point = json.loads(self.point_path(pid).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
+            return None
+        if not isinstance(point, dict) or not isinstance(point.get("row"), dict) or not isinstance(point.get("spec"), dict):
+            return None
+        return point
 
     def write_meta(self, experiment: Experiment, ids: list[str], skipped: list[Skipped]) -> None:
         atomic_write_text(self.path / "experiment.yaml", yaml.safe_dump(experiment.raw, sort_keys=False))
@@ -75,12 +91,39 @@ class ResultDir:
         path = self.path / META_JSON
         if not path.is_file():
             raise ConfigError("results", str(self.path), "a directory written by `scalebench run` (meta.json missing)")
-        return json.loads(path.read_text(encoding="utf-8"))
+        try:
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ConfigError(str(path), "unreadable", f"the JSON `scalebench run` writes ({_reason(err)}); "
+                              "run the experiment again to rewrite it") from None
+        _check_meta(path, meta)
+        return meta
+
+    def experiment_text(self) -> str:
+        """experiment.yaml as written (the config as run)."""
+        path = self.path / "experiment.yaml"
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, ValueError) as err:
+            raise ConfigError(str(path), "unreadable", f"the config `scalebench run` saves ({_reason(err)}); "
+                              "run the experiment again to rewrite it") from None
+
+    def experiment_raw(self) -> dict[str, Any]:
+        from sim.config import read_yaml
+
+        raw = read_yaml(self.path / "experiment.yaml", what=str(self.path / "experiment.yaml"))
+        if raw is None:
+            return {}
+        if not isinstance(raw, dict):
+            raise ConfigError(str(self.path / "experiment.yaml"), type(raw).__name__, "the mapping `scalebench run` saves")
+        return raw
 
     def rebuild_csv(self, ids: list[str]) -> int:
-        """Write results.csv from the finished points among ``ids``, in sweep order; returns rows."""
+        """Write results.csv from the finished points among ``ids``, in sweep order; returns rows.
+        An unreadable point file counts as not finished (the runner says so and recomputes it)."""
         finished = self.finished_ids()
-        rows = [self.read_point(pid)["row"] for pid in ids if pid in finished]
+        points = (self.readable_point(pid) for pid in ids if pid in finished)
+        rows = [p["row"] for p in points if p is not None]
         columns: list[str] = list(LEADING_COLUMNS)
         for row in rows:
             columns += [c for c in row if c not in columns]
@@ -94,8 +137,60 @@ class ResultDir:
         return len(rows)
 
     def read_csv(self):
+        """results.csv as a DataFrame; a ConfigError naming the file if it is empty, not a CSV, or
+        lacks the columns the plots and tables read (``REQUIRED_COLUMNS``)."""
         import pandas as pd
 
         if not self.csv_path.is_file():
             raise ConfigError("results", str(self.path), "a directory with results.csv (run `scalebench run` first)")
-        return pd.read_csv(self.csv_path)
+        try:
+            df = pd.read_csv(self.csv_path)
+        except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+            raise ConfigError(str(self.csv_path), "unreadable", f"the CSV `scalebench run` writes ({_reason(err)}); "
+                              "run the experiment again to rebuild it") from None
+        from experiments.tables import RUN_COLUMN
+
+        required = RUN_REQUIRED_COLUMNS if RUN_COLUMN in df.columns else REQUIRED_COLUMNS
+        missing = [c for c in required if c not in df.columns]
+        if missing:
+            raise ConfigError(str(self.csv_path), f"no column {missing[0]}", "the columns `scalebench run` writes: "
+                              + ", ".join(required) + " (run the experiment again to rebuild it)")
+        text = [c for c in required if c not in ("point_id", "source", "mode") and len(df)
+                and not pd.api.types.is_numeric_dtype(df[c])]
+        if text:
+            raise ConfigError(f"{self.csv_path} column {text[0]}", _short(df[text[0]].iloc[0]), "numbers")
+        return df
+
+
+REQUIRED_COLUMNS = ("point_id", "source", "world_size", "iteration_time_s", "throughput_samples_per_s", "speedup",
+                    "scaling_efficiency", "compute_time_s", "exposed_comm_time_s")
+"""What the plots and tables of one-iteration points read (experiments/plots.py, tables.py)."""
+RUN_REQUIRED_COLUMNS = ("point_id", "source", "world_size", "mode", "iterations", "samples_per_s",
+                        "effective_samples_per_s", "staleness_mean", "staleness_p95", "wall_time_s", "lost_work_s",
+                        "restarts")
+"""What the plots and tables of multi-iteration runs read (experiments/plots_runs.py, tables.py)."""
+META_LISTS = ("axes", "series_axes")
+
+
+def _check_meta(path: Path, meta: Any) -> None:
+    if not isinstance(meta, dict):
+        raise ConfigError(str(path), type(meta).__name__, "the mapping `scalebench run` writes (name, axes, ...)")
+    if not isinstance(meta.get("name"), str):
+        raise ConfigError(f"{path} name", meta.get("name"), "the experiment's name (run the experiment again)")
+    for key in META_LISTS:
+        value = meta.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{path} {key}", value, "a list of axis names (run the experiment again)")
+    skipped = meta.get("skipped", [])
+    if not isinstance(skipped, list) or not all(isinstance(s, dict) and {"axes", "reason"} <= set(s) for s in skipped):
+        raise ConfigError(f"{path} skipped", _short(skipped), "a list of {axes, reason} (run the experiment again)")
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return f"{type(err).__name__}: {text}"[:160]
+
+
+def _short(value: Any, limit: int = 60) -> Any:
+    text = repr(value)
+    return value if len(text) <= limit else text[: limit - 3] + "..."

@@ -32,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ["RANK"])
     args.gpus = world
     try:
+        if args.out and rank == 0:  # before measuring: a path that cannot be written would lose the run
+            from real.results import check_row_path
+
+            check_row_path("--out", args.out)
         if args.comm:
             from real.bench_comm import COLLECTIVES
 
@@ -80,7 +84,7 @@ def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None
 
         scenario, options = real_scenario(spec)
         row = row_from_raw(scenario, options, raw, iterations=args.iterations, warmup=args.warmup, link=None,
-                           topology="shared")
+                           topology="shared", one_machine=os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE"))
         rows = [row]
         text = _table(row)
     if args.out:

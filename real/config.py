@@ -150,6 +150,56 @@ def _check_against_scenario(options: RealOptions, scenario: Scenario) -> None:
         raise ConfigError("real.compression", options.compression, "none with strategy " + options.strategy)
 
 
+LOCAL_CPU = "cpu"
+"""The catalog's entry for this machine's CPU (sim/data/gpus.yaml), what gloo ranks compute on."""
+CPU_DEVICES = (LOCAL_CPU, "cpu_local")
+"""GPU names that describe this machine's CPU: the placeholder, and the device `scalebench
+calibrate` measures (real/calibrate.py DEVICE_NAME)."""
+
+
+def measured_labels(backend: str, link: str | None, cuda_device: str = "", *, one_machine: bool = True) -> dict[str, str]:
+    """The columns of a measured row that say what ran: the device (this machine's CPU under gloo,
+    the CUDA device's name under NCCL) and the links (this machine's loopback, or the rate
+    emulated on it; across machines under torchrun, their network), whatever the scenario's
+    cluster names (its gpu and links are the simulator's, e.g. beside a simulated point of a
+    ``backend: both`` sweep)."""
+    gpu = (cuda_device or "cuda") if backend == "nccl" else LOCAL_CPU
+    intra = "nccl local" if backend == "nccl" else (link or "loopback")
+    inter = intra if one_machine else f"{backend} over the machines' network"
+    return {"gpu": gpu, "intra_link": intra, "inter_link": inter}
+
+
+def check_measured_labels(spec: dict[str, Any]) -> None:
+    """``scalebench real``'s cluster is what it measures: refuse a gpu or a link it does not run on
+    (a CPU loopback run labelled H100 over NDR), naming what it runs on instead."""
+    cluster = spec.get("cluster")
+    real = spec.get("real")
+    if not isinstance(cluster, dict):
+        return  # real_scenario names the error
+    backend = real.get("backend", "gloo") if isinstance(real, dict) else "gloo"
+    gpu = cluster.get("gpu")
+    if gpu is not None and backend == "gloo" and gpu not in CPU_DEVICES:
+        raise ConfigError("cluster.gpu", gpu, f"{' or '.join(CPU_DEVICES)} with backend gloo: the harness measures "
+                          "this machine's CPU (leave --gpu out; --backend nccl runs on CUDA devices)")
+    if gpu is not None and backend == "nccl" and isinstance(gpu, str):
+        device = _cuda_device_name()
+        if device and gpu.lower() not in device.lower():
+            raise ConfigError("cluster.gpu", gpu, f"the GPU this machine has ({device}), or leave --gpu out")
+    for key in ("intra_link", "inter_link"):
+        if cluster.get(key) is not None:
+            raise ConfigError(f"cluster.{key}", cluster[key], "left out: the harness runs every rank on this machine "
+                              "over its loopback (--link 100mbit|1gbit|10gbit emulates a rate; the row's link column "
+                              "says which)")
+
+
+def _cuda_device_name() -> str:
+    try:
+        import torch
+    except ImportError:
+        return ""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+
+
 def real_scenario(spec: dict[str, Any]) -> tuple[Scenario, RealOptions]:
     """Validate a scenario dict with a ``real:`` section; models only torch knows get a layer table."""
     if not isinstance(spec, dict):
@@ -158,9 +208,17 @@ def real_scenario(spec: dict[str, Any]) -> tuple[Scenario, RealOptions]:
     spec = _with_layer_table(spec)
     cluster = spec.get("cluster")
     if isinstance(cluster, dict) and "gpus" in cluster and not {"gpus_per_node", "nodes"} & set(cluster):
-        spec = {**spec, "cluster": {**cluster, "gpus_per_node": cluster["gpus"]}}  # one machine holds every rank
+        cluster = {**cluster, "gpus_per_node": cluster["gpus"]}  # one machine holds every rank
+        spec = {**spec, "cluster": cluster}
+    if isinstance(cluster, dict) and "gpu" not in cluster and _backend(spec) == "gloo":
+        spec = {**spec, "cluster": {**cluster, "gpu": LOCAL_CPU}}  # what gloo ranks run on
     scenario = scenario_from_dict(spec, extra_keys=("real",))
     return scenario, real_options_from_dict(spec.get("real"), scenario)
+
+
+def _backend(spec: dict[str, Any]) -> Any:
+    real = spec.get("real")
+    return real.get("backend", "gloo") if isinstance(real, dict) else "gloo"
 
 
 def _check_model(workload: Any) -> None:

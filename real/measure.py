@@ -22,7 +22,7 @@ import math
 import statistics
 from typing import Any
 
-from real.config import real_scenario
+from real.config import measured_labels, real_scenario
 from real.results import environment_columns, mean_iqr, slowest_per_iteration, step_summary
 from real.steal import steal_columns
 from sim.config import scenario_columns
@@ -52,13 +52,14 @@ def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_
 
 
 def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, warmup: int, link: str | None,
-                 topology: str) -> dict[str, Any]:
+                 topology: str, one_machine: bool = True) -> dict[str, Any]:
     row = {**scenario_columns(scenario), **metrics_from_ranks(raw, scenario.workload.batch_size)}
     timed = len(raw["ranks"][0].get("iteration", [])) or iterations
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
                 "iterations": timed, "warmup": warmup})
     row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads"),
                                    cpu_binding=raw.get("cpu_binding")))
+    row.update(measured_labels(options.backend, link, row.get("gpu_model", ""), one_machine=one_machine))  # what ran, not the scenario's names
     row.update(steal_columns(raw))
     return row
 

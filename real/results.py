@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sim.fileio import atomic_write_json, atomic_write_text
+from sim.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text
 
 NO_LATENCY_NOTE = "no added latency (netem is not available; tbf/htb shape rate only)"
 
@@ -110,11 +110,43 @@ def default_row_path(row: dict[str, Any], root: str | Path = "results/real") -> 
     return Path(root) / f"{row['model']}-{row['real_strategy']}-{row['world_size']}-{ident}.csv"
 
 
-def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
-    """CSV or JSON by the file's suffix; written atomically (never half a file)."""
+ROW_SUFFIXES = (".csv", ".json", ".parquet")
+"""What ``write_rows`` writes, by the file's suffix (parquet only where pyarrow is installed)."""
+
+
+def check_row_path(field: str, path: str | Path) -> Path:
+    """Refuse, before anything is measured, an output file ``write_rows`` cannot write: another
+    suffix, parquet without pyarrow, a path under a file or in a read-only place."""
+    from sim.fileio import check_writable
+    from sim.errors import ConfigError
+
     path = Path(path)
-    if path.suffix == ".json":
+    if path.suffix.lower() not in ROW_SUFFIXES:
+        raise ConfigError(field, str(path), "a file ending in " + ", ".join(ROW_SUFFIXES))
+    if path.suffix.lower() == ".parquet" and not _has_pyarrow():
+        raise ConfigError(field, str(path), "a .csv or .json file (.parquet needs pyarrow: pip install pyarrow)")
+    return check_writable(field, path)
+
+
+def _has_pyarrow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """CSV, JSON or parquet by the file's suffix (``ROW_SUFFIXES``; check_row_path first);
+    written atomically (never half a file)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".json":
         return atomic_write_json(path, rows)
+    if suffix == ".parquet":
+        import pandas as pd
+
+        buf = io.BytesIO()
+        pd.DataFrame(rows).to_parquet(buf, engine="pyarrow", index=False)
+        return atomic_write_bytes(path, buf.getvalue())
     fields: list[str] = []
     for row in rows:
         fields.extend(k for k in row if k not in fields)

@@ -46,17 +46,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_OK = 0
+EXIT_FAILED = 1
+"""A check failed (regress or validate beyond tolerance, collectives with wrong results), a
+measured run failed, or the machine refused (a full disk): the message says which."""
+EXIT_BAD_INPUT = 2
+"""Bad input: one line naming the field and what is allowed (argparse's own errors too)."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, as shells report it)."""
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout went away (``| head``): 128 + SIGPIPE, what other Unix tools exit with."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    module = importlib.import_module(args._module)
     try:
+        module = importlib.import_module(args._module)
         return int(module.run(args) or 0)
     except ConfigError as err:
         print(f"scalebench {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"scalebench {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except OSError as err:  # not the input's fault (bad paths are ConfigErrors): a full disk, an I/O error
+        print(f"scalebench {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ConfigError, reject_unknown_keys, require_positive
+from sim.errors import ConfigError, reject_unknown_keys, require_mapping, require_positive
 from sim.units import GIB, gbit_per_s_to_Bps, gbyte_per_s_to_Bps, tflops_to_flops, us_to_s
 from sim.yamlio import load_yaml_text, read_yaml
 
@@ -271,12 +271,12 @@ class Catalog:
     links: dict[str, Link] = field(default_factory=dict)
 
     def gpu(self, name: str, field_name: str = "cluster.gpu") -> GPU:
-        if name not in self.gpus:
+        if not isinstance(name, str) or name not in self.gpus:
             raise ConfigError(field_name, name, self.gpus)
         return self.gpus[name]
 
     def link(self, name: str, field_name: str = "cluster.link") -> Link:
-        if name not in self.links:
+        if not isinstance(name, str) or name not in self.links:
             raise ConfigError(field_name, name, self.links)
         return self.links[name]
 
@@ -289,9 +289,9 @@ class Catalog:
         reject_unknown_keys(where, extra, ("gpus", "links"))
         gpus = dict(self.gpus)
         links = dict(self.links)
-        for name, spec in (extra.get("gpus") or {}).items():
+        for name, spec in require_mapping(f"{where}.gpus", extra.get("gpus") or {}, "a mapping of GPU name to its entry").items():
             gpus[name] = gpu_from_dict(name, spec, f"{where}.gpus")
-        for name, spec in (extra.get("links") or {}).items():
+        for name, spec in require_mapping(f"{where}.links", extra.get("links") or {}, "a mapping of link name to its entry").items():
             links[name] = link_from_dict(name, spec, f"{where}.links", links)
         return Catalog(gpus, links)
 

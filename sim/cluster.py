@@ -12,6 +12,10 @@ CLUSTER_KEYS = (
     "gpus", "nodes", "gpus_per_node", "gpu", "intra_link", "inter_link", "nics_per_node",
     "oversubscription",
 )
+MAX_WORLD_SIZE = 2**20
+"""1,048,576 GPUs: 64 x the 16,384 H100s of the largest published training run (Llama 3, arXiv:2407.21783,
+section 3.3). A sanity bound on input (1e12 GPUs is a typo), not a limit of the fast path."""
+_WHY_MAX = "64 x the 16,384 GPUs of the largest published training run; a bound against typos"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +55,10 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(CLUSTER_KEYS))
     reject_unknown_keys(where, spec, CLUSTER_KEYS)
-    per_node = require_positive(f"{where}.gpus_per_node", spec.get("gpus_per_node", 1), integer=True)
+    per_node = require_positive(f"{where}.gpus_per_node", spec.get("gpus_per_node", 1), integer=True,
+                                maximum=MAX_WORLD_SIZE, why=_WHY_MAX)
     if "gpus" in spec:
-        world = require_positive(f"{where}.gpus", spec["gpus"], integer=True)
+        world = require_positive(f"{where}.gpus", spec["gpus"], integer=True, maximum=MAX_WORLD_SIZE, why=_WHY_MAX)
         if "nodes" in spec:
             nodes = require_positive(f"{where}.nodes", spec["nodes"], integer=True)
             if nodes * per_node != world:
@@ -69,6 +74,9 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
             nodes = world // per_node
     else:
         nodes = require_positive(f"{where}.nodes", spec.get("nodes", 1), integer=True)
+    if nodes * per_node > MAX_WORLD_SIZE:
+        raise ConfigError(f"{where}.nodes", nodes, f"at most {MAX_WORLD_SIZE // per_node:,} with gpus_per_node={per_node} "
+                          f"(at most {MAX_WORLD_SIZE:,} GPUs: {_WHY_MAX})")
     return Cluster(
         nodes=nodes,
         gpus_per_node=per_node,

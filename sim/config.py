@@ -82,12 +82,17 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
 
 
 def validate_scenario(scenario: Scenario) -> None:
-    """Checks that need more than one section: degrees, placement, faults, memory."""
+    """Checks that need more than one section: degrees, placement, faults, what the detailed
+    fidelity models, memory."""
     s, c, w = scenario.strategy, scenario.cluster, scenario.workload
     check_degrees(s, c.world_size, len(w.layers), w.batch_size)
     check_against_cluster(scenario.heterogeneity, scenario.faults, c.world_size, c.nodes)
     if s.model_parallel:
         check_placement(c, s.tp, s.pp)
+    if scenario.fidelity == "detailed":
+        from sim.engine.detailed import check_detailed
+
+        check_detailed(scenario)
     if scenario.check_memory:
         check_memory(scenario)
 

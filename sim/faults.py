@@ -17,6 +17,9 @@ from sim.errors import ConfigError, reject_unknown_keys, require_positive
 
 HETEROGENEITY_KEYS = ("jitter_cv", "slow_nodes", "slow_factor", "mixed_gpus")
 FAULT_KEYS = ("fail_rank", "fail_at_s", "checkpoint_interval_s", "checkpoint_s", "restart_s")
+MAX_JITTER_CV = 10.0
+"""A coefficient of variation of 10 already makes a rank's slowest iteration of a run ~100 x its
+mean (lognormal_jitter); larger values are percentages written as ratios (50 for 50 %)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,10 +55,11 @@ def heterogeneity_from_dict(spec: Any, catalog: Catalog, where: str = "heterogen
     if factor < 1:
         raise ConfigError(f"{where}.slow_factor", factor, "a number >= 1 (times slower)")
     mixed = spec.get("mixed_gpus") or {}
-    if not isinstance(mixed, dict):
+    if not isinstance(mixed, dict) or not all(isinstance(k, str) for k in mixed):
         raise ConfigError(f"{where}.mixed_gpus", mixed, "a mapping of GPU name to count, e.g. {k80: 4}")
     return Heterogeneity(
-        jitter_cv=float(require_positive(f"{where}.jitter_cv", spec.get("jitter_cv", 0.0), allow_zero=True)),
+        jitter_cv=float(require_positive(f"{where}.jitter_cv", spec.get("jitter_cv", 0.0), allow_zero=True,
+                                         maximum=MAX_JITTER_CV, why="a ratio, not a percentage: 0.1 is 10 %")),
         slow_nodes=require_positive(f"{where}.slow_nodes", spec.get("slow_nodes", 0), integer=True, allow_zero=True),
         slow_factor=factor,
         mixed_gpus=tuple(
@@ -77,12 +81,13 @@ def faults_from_dict(spec: Any, where: str = "faults") -> Faults:
         if "fail_at_s" not in spec:
             raise ConfigError(f"{where}.fail_at_s", None, "the failure time in seconds (with fail_rank)")
 
-    def seconds(key: str, default: float) -> float:
-        return float(require_positive(f"{where}.{key}", spec.get(key, default), allow_zero=True))
+    def seconds(key: str, default: float, never: bool = False) -> float:
+        # fail_at_s and checkpoint_interval_s may be .inf: no failure, no checkpoint
+        return float(require_positive(f"{where}.{key}", spec.get(key, default), allow_zero=True, allow_inf=never))
 
-    return Faults(fail_rank=rank, fail_at_s=seconds("fail_at_s", math.inf),
-                  checkpoint_interval_s=float(require_positive(f"{where}.checkpoint_interval_s",
-                                                               spec.get("checkpoint_interval_s", math.inf))),
+    interval = float(require_positive(f"{where}.checkpoint_interval_s", spec.get("checkpoint_interval_s", math.inf),
+                                      allow_inf=True))
+    return Faults(fail_rank=rank, fail_at_s=seconds("fail_at_s", math.inf, never=True), checkpoint_interval_s=interval,
                   checkpoint_s=seconds("checkpoint_s", 0.0), restart_s=seconds("restart_s", 0.0))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -9,12 +10,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from sim.errors import ConfigError
+
+
+PATH_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOENT,
+               errno.ENAMETOOLONG)
+"""Errors of the output path itself (the user's to change): a ConfigError, exit status 2. Others
+(a full disk, an I/O error) stay OSErrors: the CLI prints them on one line with status 1."""
+
+
+def _open_beside(path: Path) -> tuple[int, str]:
+    """mkdir the parent and open a temporary file beside ``path``; a bad path is a ConfigError."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        if err.errno not in PATH_ERRNOS:
+            raise
+        raise ConfigError("output", str(path), f"a writable file path ({err.strerror or err}"
+                          f"{': ' + str(err.filename) if err.filename and str(err.filename) != str(path) else ''})") from None
+
 
 def atomic_write(path: str | Path, write: Callable[[IO[str]], object]) -> Path:
     """Write through ``write(fh)`` into a temporary file beside ``path``, then rename it into place."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _open_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             write(fh)
@@ -38,8 +60,7 @@ def atomic_write_json(path: str | Path, data: Any) -> Path:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """For images and other binary outputs."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _open_beside(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -47,4 +68,28 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def check_writable(field: str, path: str | Path, *, directory: bool = False) -> Path:
+    """Refuse, before any work, an output ``path`` that cannot be written: under a file, a
+    directory where a file goes (or the reverse), a read-only location. Creates nothing: it
+    writes and removes one temporary file in the nearest existing directory above ``path``."""
+    path = Path(path)
+    if path.exists() and path.is_dir() != directory:
+        raise ConfigError(field, str(path), f"a path for {'a directory' if directory else 'a file'} "
+                          f"({path} is {'a directory' if path.is_dir() else 'a file'})")
+    existing = path if directory else path.parent
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # a dangling link: mkdir would fail on it
+            raise ConfigError(field, str(path), f"a writable location ({existing} is a dangling link)")
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(field, str(path), f"a path under a directory ({existing} is a file)")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".scalebench-write-check.", dir=existing)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise ConfigError(field, str(path), f"a writable location ({existing}: {err.strerror or err})") from None
     return path

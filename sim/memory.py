@@ -100,5 +100,6 @@ def check_memory(scenario: Scenario) -> MemoryBreakdown:
             "memory per rank" + where, f"{human_bytes(worst.total_bytes)} = {parts}",
             f"at most the {human_bytes(capacity)} of a {scenario.cluster.gpu.name}: over by "
             f"{human_bytes(worst.total_bytes - capacity)} (more tp/pp, micro-batches, a smaller batch, or simulation.check_memory: false)",
+            related=("workload", "cluster", "strategy", "catalog"),  # all of them decide it
         )
     return worst

@@ -29,7 +29,7 @@ from sim.costs.compute import OPTIMIZER_TRAFFIC, layer_times_s
 from sim.costs.ps import even_placement, round_robin_placement
 from sim.costs.staleness import STALENESS_PENALTIES
 from sim.engine.async_ps import AsyncPlan, run_async_ps
-from sim.errors import require_positive
+from sim.errors import ConfigError, require_positive
 from sim.faults import lognormal_jitter, rank_speed_factors
 from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES
@@ -80,9 +80,24 @@ class RunResult:
         }
 
 
+MAX_RUN_DRAWS = 2**25
+"""iterations x ranks at most 33.5 M: a run draws one compute factor per rank and iteration
+(float64, 256 MiB per array at the cap; the jitter's draws and its normalisation hold two more)."""
+
+
+def check_run_size(iterations: int, world_size: int, field: str = "iterations") -> int:
+    """``iterations`` if a run of it on ``world_size`` ranks fits ``MAX_RUN_DRAWS``, else a ConfigError."""
+    require_positive(field, iterations, integer=True)
+    if iterations * world_size > MAX_RUN_DRAWS:
+        raise ConfigError(field, iterations, f"at most {MAX_RUN_DRAWS // world_size:,} on {world_size:,} ranks (a run "
+                          f"draws iterations x ranks compute factors, at most {MAX_RUN_DRAWS:,}: "
+                          f"{8 * iterations * world_size / 2**30:.1f} GiB asked)", related=("cluster.gpus",))
+    return iterations
+
+
 def simulate_run(scenario: Scenario, iterations: int) -> RunResult:
     """``iterations`` synchronous iterations, or ``iterations`` steps of every asynchronous worker."""
-    require_positive("iterations", iterations, integer=True)
+    check_run_size(iterations, scenario.cluster.world_size)
     s = scenario.strategy
     rng = np.random.default_rng(scenario.seed)
     if s.collective == "ps" and s.ps_mode == "async":

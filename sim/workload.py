@@ -168,16 +168,31 @@ def _custom_layers(rows: Any, where: str) -> tuple[Layer, ...]:
         if "name" in row:
             row["layer"] = row.pop("name")
         reject_unknown_keys(at, row, (*LAYER_COLUMNS, "fwd_time_s", "bwd_time_s"))
+        fwd_time_s, bwd_time_s = _measured_times(at, row.get("fwd_time_s"), row.get("bwd_time_s"))
+        fwd_flops = require_positive(f"{at}.fwd_flops", row.get("fwd_flops", 0), allow_zero=True)
         layers.append(
             Layer(
                 name=str(row.get("layer", f"layer{i}")),
                 kind=str(row.get("kind", "custom")),
                 param_count=require_positive(f"{at}.param_count", row.get("param_count", 0), integer=True, allow_zero=True),
-                fwd_flops=require_positive(f"{at}.fwd_flops", row.get("fwd_flops", 0), allow_zero=True),
-                bwd_flops=require_positive(f"{at}.bwd_flops", row.get("bwd_flops", 2 * row.get("fwd_flops", 0)), allow_zero=True),
+                fwd_flops=fwd_flops,
+                bwd_flops=require_positive(f"{at}.bwd_flops", row["bwd_flops"] if "bwd_flops" in row else 2 * fwd_flops,
+                                           allow_zero=True),
                 activation_elems=require_positive(f"{at}.activation_elems", row.get("activation_elems", 0), allow_zero=True),
-                fwd_time_s=row.get("fwd_time_s"),
-                bwd_time_s=row.get("bwd_time_s"),
+                fwd_time_s=fwd_time_s,
+                bwd_time_s=bwd_time_s,
             )
         )
     return tuple(layers)
+
+
+def _measured_times(at: str, fwd: Any, bwd: Any) -> tuple[float | None, float | None]:
+    """A layer's measured times: both (finite seconds >= 0) or neither; one alone would be ignored
+    (sim/costs/compute.py uses them only as a pair)."""
+    if fwd is None and bwd is None:
+        return None, None
+    if fwd is None or bwd is None:
+        given, missing = ("fwd_time_s", "bwd_time_s") if bwd is None else ("bwd_time_s", "fwd_time_s")
+        raise ConfigError(f"{at}.{missing}", None, f"a time in seconds beside {given} (both measured times or neither)")
+    return (float(require_positive(f"{at}.fwd_time_s", fwd, allow_zero=True)),
+            float(require_positive(f"{at}.bwd_time_s", bwd, allow_zero=True)))

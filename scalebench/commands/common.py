@@ -53,24 +53,33 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -> dict[str, Any]:
+    from sim.errors import ConfigError
+
     spec = read_yaml(args.config) if args.config else {k: dict(v) if isinstance(v, dict) else v for k, v in default.items()}
     if not isinstance(spec, dict):
-        from sim.errors import ConfigError
-
         raise ConfigError(str(args.config), type(spec).__name__, "a YAML mapping")
     for flag, (section, key, _) in SCENARIO_FLAGS.items():
         value = getattr(args, flag)
         if value is not None:
             part = spec.setdefault(section, {})
-            if isinstance(part, str):  # workload: resnet50
+            if part is None:  # `cluster:` with nothing under it
+                part = spec[section] = {}
+            if isinstance(part, str) and section == "workload":  # workload: resnet50
                 part = spec[section] = {"model": part}
+            if not isinstance(part, dict):
+                raise ConfigError(section, part, f"a mapping (--{flag.replace('_', '-')} sets {section}.{key} in it)")
             part[key] = value
             if flag == "gpus":
                 part.pop("nodes", None)
             if flag in ("tp", "pp") and value > 1 and part.get("kind", "data_parallel") == "data_parallel":
                 part["kind"] = "hybrid"
     if args.overlap is not None:
-        spec.setdefault("strategy", {})["overlap"] = args.overlap
+        strategy = spec.setdefault("strategy", {})
+        if strategy is None:
+            strategy = spec["strategy"] = {}
+        if not isinstance(strategy, dict):
+            raise ConfigError("strategy", strategy, "a mapping (--no-overlap sets strategy.overlap in it)")
+        strategy["overlap"] = args.overlap
     return spec
 
 

@@ -16,9 +16,15 @@ def run(args: argparse.Namespace) -> int:
     from experiments.store import ResultDir
     from sim.errors import ConfigError
 
+    from sim.fileio import check_writable
+
     store = ResultDir(args.results)
+    store.meta()
+    if store.read_csv().empty:
+        raise ConfigError(str(store.csv_path), "no rows", "at least one finished point (run the experiment first)")
     if args.timeline_point and args.timeline_point not in store.finished_ids():
         raise ConfigError("--timeline-point", args.timeline_point, f"a point id of {store.path}/points/")
+    check_writable("results", store.plots_dir, directory=True)
     written = plot_results(args.results, timeline_point=args.timeline_point)
     for path in written:
         print(path)

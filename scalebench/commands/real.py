@@ -19,9 +19,11 @@ from scalebench.commands.common import (
 DEFAULT_SCENARIO = {
     "name": "real",
     "workload": {"model": "small_cnn", "batch_size": 32},
-    "cluster": {"gpus": 2, "gpu": "cpu", "intra_link": "tcp_10gbe", "inter_link": "tcp_10gbe"},
+    "cluster": {"gpus": 2},
     "strategy": {"collective": "ring"},
 }
+"""The cluster's gpu and links are what the harness runs on (real.config.measured_labels)."""
+DEFAULT_OUT_DIR = "results/real"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +71,20 @@ def spec_from_args(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from real.launch import RunFailed
+    from real.results import check_row_path
+    from sim.fileio import check_writable
 
+    # the output path first: a measurement takes minutes, and a path that cannot be written loses it
+    if args.bench and args.out:
+        check_writable("--out", args.out)
+        if not args.out.lower().endswith(".json"):
+            from sim.errors import ConfigError
+
+            raise ConfigError("--out", args.out, "a .json file (--bench writes its figures as JSON)")
+    elif args.out:
+        check_row_path("--out", args.out)
+    elif not (args.bench or args.comm):
+        check_writable("--out", DEFAULT_OUT_DIR, directory=True)
     try:
         if args.bench:
             from real.benchmarks import run_benchmarks
@@ -77,9 +92,12 @@ def run(args: argparse.Namespace) -> int:
             return run_benchmarks(out=args.out)
         if args.comm:
             return _run_comm(args)
+        from real.config import check_measured_labels
         from real.measure import measure_point
 
-        row = measure_point(spec_from_args(args), iterations=args.iterations, warmup=args.warmup,
+        spec = spec_from_args(args)
+        check_measured_labels(spec)
+        row = measure_point(spec, iterations=args.iterations, warmup=args.warmup,
                             timeout_s=args.timeout, link=args.link, topology=args.topology)
     except RunFailed as err:
         import sys
@@ -88,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from real.results import default_row_path, write_rows
 
-    path = write_rows(args.out or default_row_path(row), [row])
+    path = write_rows(args.out or default_row_path(row, DEFAULT_OUT_DIR), [row])
     write_out(_table(row) + _saved(path) if args.format == "table" else format_rows([row], args.format))
     return 0
 

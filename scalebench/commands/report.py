@@ -37,10 +37,16 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from experiments.report import render_html, render_markdown
-    from sim.fileio import atomic_write_text
+    from experiments.store import ResultDir
+    from sim.fileio import atomic_write_text, check_writable
 
-    text = render_html(args.results) if args.format == "html" else render_markdown(args.results)
+    store = ResultDir(args.results)
+    store.meta()
+    if store.read_csv().empty:
+        raise ConfigError(str(store.csv_path), "no rows", "at least one finished point (run the experiment first)")
     out = Path(args.out) if args.out else Path(args.results) / f"report.{args.format}"
+    check_writable("--out" if args.out else "results", out)
+    text = render_html(args.results) if args.format == "html" else render_markdown(args.results)
     atomic_write_text(out, text)
     print(out)
     return 0

@@ -23,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="validate and list the points, run nothing")
 
 
+MAX_JOBS = 1024
+"""Worker processes for --jobs: far above any machine's cores, below what exhausts process tables."""
+
+
 def default_config_path():
     from importlib import resources
 
@@ -32,19 +36,21 @@ def default_config_path():
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from experiments.config import expand, load_experiment
-    from experiments.runner import run_experiment
+    from experiments.config import load_experiment
+    from experiments.runner import plan, run_experiment
     from experiments.tables import efficiency_table
+    from sim.fileio import check_writable
     from sim.errors import require_positive
 
     if args.jobs is not None:
-        require_positive("--jobs", args.jobs, integer=True)
+        require_positive("--jobs", args.jobs, integer=True, maximum=MAX_JOBS, why="worker processes")
     experiment = load_experiment(args.config or default_config_path())
     out_dir = Path(args.results) / experiment.name
+    check_writable("--results", out_dir, directory=True)
     if args.dry_run:
-        points, skipped = expand(experiment)
+        points, skipped = plan(experiment)
         for s in skipped:
-            print(f"skipped {s.axes}: {s.reason}")
+            print(f"skipped {', '.join(f'{k}={v}' for k, v in s.axes.items())}: {s.reason}")
         print(f"{experiment.name}: {len(points)} points, {len(skipped)} invalid combinations skipped -> {out_dir}")
         return 0
     summary = run_experiment(experiment, out_dir, jobs=args.jobs, executor=args.executor, address=args.address,

@@ -37,20 +37,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sim.catalog import load_catalog_file
     from sim.config import scenario_columns, scenario_from_dict
-    from sim.fileio import atomic_write_json
+    from sim.errors import ConfigError
+    from sim.fileio import atomic_write_json, check_writable
     from sim.simulate import simulate
     from sim.trace import chrome_trace
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
     spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
     if args.backend is not None:
-        spec.setdefault("strategy", {})["backend"] = args.backend
+        if spec.get("strategy") is None:
+            spec["strategy"] = {}
+        if not isinstance(spec["strategy"], dict):
+            raise ConfigError("strategy", spec["strategy"], "a mapping (--backend sets strategy.backend in it)")
+        spec["strategy"]["backend"] = args.backend
     scenario = scenario_from_dict(spec, catalog)
     calibration = _throughput_calibration(args)
     if calibration:
         from sim.calibration import apply_throughput_calibration
 
         scenario = apply_throughput_calibration(scenario, calibration)
+    if args.trace:
+        if args.iterations is not None:
+            raise ConfigError("--trace", args.trace, "one iteration's timeline: without --iterations (a run of "
+                              "many iterations has no per-layer timeline; drop one of the two)")
+        check_writable("--trace", args.trace)
     if args.iterations is not None:
         return _run_many(scenario, args)
     result = simulate(scenario)
@@ -85,10 +95,9 @@ def _throughput_calibration(args: argparse.Namespace) -> dict | None:
 
 def _run_many(scenario, args: argparse.Namespace) -> int:
     from sim.config import scenario_columns
-    from sim.errors import require_positive
-    from sim.run import simulate_run
+    from sim.run import check_run_size, simulate_run
 
-    run = simulate_run(scenario, require_positive("--iterations", args.iterations, integer=True))
+    run = simulate_run(scenario, check_run_size(args.iterations, scenario.cluster.world_size, "--iterations"))
     row = {**scenario_columns(scenario), **run.metrics(), "source": "sim"}
     if args.format != "table":
         write_out(format_rows([row], args.format))

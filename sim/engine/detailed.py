@@ -71,12 +71,18 @@ class _Rank(RankStreams):
 
 
 def check_detailed(scenario: Scenario) -> None:
-    """Refuse what the detailed mode does not model, naming the alternative."""
+    """Refuse what the detailed mode does not model, naming the alternative (sim.config's
+    validate_scenario calls this, so a sweep finds such points before it runs them)."""
     n = scenario.cluster.world_size
     if n > MAX_DETAILED_WORLD_SIZE:
         raise ConfigError("cluster.gpus", n, f"at most {MAX_DETAILED_WORLD_SIZE} with simulation.fidelity=detailed "
-                          "(use fidelity fast for larger clusters)")
-    check_sync(scenario)
+                          "(use fidelity fast for larger clusters)", related=("simulation.fidelity",))
+    if scenario.strategy.model_parallel or scenario.strategy.micro_batches > 1:
+        from sim.engine.detailed_pipeline import check_detailed_pipeline
+
+        check_detailed_pipeline(scenario)
+    else:
+        check_sync(scenario)
 
 
 def run_detailed(scenario: Scenario) -> IterationResult:

@@ -51,7 +51,8 @@ def check_detailed_pipeline(scenario: Scenario) -> None:
     if scenario.strategy.collective == "ps":
         raise ConfigError("simulation.fidelity", "detailed",
                           f"fast for collective=ps with tp * pp > 1 or micro_batches > 1 (tp={scenario.strategy.tp}, "
-                          f"pp={scenario.strategy.pp}): the detailed mode's servers serve one data-parallel group")
+                          f"pp={scenario.strategy.pp}): the detailed mode's servers serve one data-parallel group",
+                          related=("strategy.collective", "strategy.tp", "strategy.pp", "strategy.micro_batches"))
 
 
 class _Layout:

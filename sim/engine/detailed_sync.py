@@ -56,11 +56,11 @@ def check_sync(scenario: Scenario) -> None:
     if uses_collective(scenario) and collective not in ALLREDUCE_SCHEDULES:
         raise ConfigError("simulation.fidelity", "detailed",
                           f"fast for collective={collective} (the detailed mode has per-rank schedules for "
-                          + ", ".join(ALLREDUCE_SCHEDULES) + ")")
+                          + ", ".join(ALLREDUCE_SCHEDULES) + ")", related=("strategy.collective", "strategy.codec", "strategy.codec_path"))
     if collective == "ps" and scenario.strategy.ps_placement != "sharded" and uses_collective(scenario):
         raise ConfigError("simulation.fidelity", "detailed",
                           f"fast for strategy.ps_placement={scenario.strategy.ps_placement} (the detailed mode "
-                          "shards every bucket over the servers)")
+                          "shards every bucket over the servers)", related=("strategy.ps_placement", "strategy.collective"))
 
 
 class GradientSync:
