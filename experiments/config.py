@@ -116,15 +116,16 @@ class Experiment:
 
 # -- axes -----------------------------------------------------------------------------------
 
-def expand_axis(name: str, spec: Any) -> list[Any]:
-    """A list, or ``{geometric: {start, stop, factor}}``, or ``{range: {start, stop, step}}``."""
+def expand_axis(name: str, spec: Any, max_values: int = DEFAULT_MAX_POINTS) -> list[Any]:
+    """A list, or ``{geometric: {start, stop, factor}}``, or ``{range: {start, stop, step}}``;
+    a range or geometric axis of more than ``max_values`` values is refused before it is built."""
     where = f"sweep.{name}"
     if isinstance(spec, list):
         values = list(spec)
     elif isinstance(spec, dict) and len(spec) == 1 and "geometric" in spec:
-        values = _geometric(f"{where}.geometric", spec["geometric"])
+        values = _geometric(f"{where}.geometric", spec["geometric"], max_values)
     elif isinstance(spec, dict) and len(spec) == 1 and "range" in spec:
-        values = _range(f"{where}.range", spec["range"])
+        values = _range(f"{where}.range", spec["range"], max_values)
     else:
         raise ConfigError(where, spec, "a list of values, {geometric: {start, stop, factor}} or {range: {start, stop, step}}")
     if not values:
@@ -135,7 +136,12 @@ def expand_axis(name: str, spec: Any) -> list[Any]:
     return values
 
 
-def _geometric(where: str, spec: Any) -> list[Any]:
+def _too_many(where: str, count: float, max_values: int) -> None:
+    if count > max_values:
+        raise ConfigError(where, f"{count:,.0f} values", f"at most max_points={max_values:,} (raise max_points to allow more)")
+
+
+def _geometric(where: str, spec: Any, max_values: int = DEFAULT_MAX_POINTS) -> list[Any]:
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping {start, stop, factor}")
     reject_unknown_keys(where, spec, ("start", "stop", "factor"))
@@ -145,6 +151,7 @@ def _geometric(where: str, spec: Any) -> list[Any]:
     if factor <= 1:
         raise ConfigError(f"{where}.factor", factor, "a number > 1")
     integer = all(isinstance(v, int) for v in (start, factor))
+    _too_many(where, math.floor(math.log(stop / start) / math.log(factor) + 1e-9) + 1 if stop >= start else 0, max_values)
     values, value = [], start
     while value <= stop * (1 + 1e-12):
         values.append(int(round(value)) if integer else value)
@@ -152,7 +159,7 @@ def _geometric(where: str, spec: Any) -> list[Any]:
     return values
 
 
-def _range(where: str, spec: Any) -> list[Any]:
+def _range(where: str, spec: Any, max_values: int = DEFAULT_MAX_POINTS) -> list[Any]:
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping {start, stop, step}")
     reject_unknown_keys(where, spec, ("start", "stop", "step"))
@@ -160,6 +167,7 @@ def _range(where: str, spec: Any) -> list[Any]:
     stop = require_positive(f"{where}.stop", spec.get("stop"), allow_zero=True)
     step = require_positive(f"{where}.step", spec.get("step", 1))
     count = int(math.floor((stop - start) / step + 1e-9)) + 1
+    _too_many(where, count, max_values)
     return [start + i * step for i in range(max(0, count))]
 
 
@@ -205,7 +213,8 @@ def set_dotted(spec: dict[str, Any], path: str, value: Any) -> None:
 
 def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experiment:
     if not isinstance(raw, dict):
-        raise ConfigError("config", type(raw).__name__, "a YAML mapping (name, workload, cluster, strategy, sweep, ...)")
+        raise ConfigError("config", "an empty file" if raw is None else type(raw).__name__,
+                          "a YAML mapping (name, workload, cluster, strategy, sweep, ...)")
     unknown = sorted(set(raw) - set(EXPERIMENT_KEYS))
     if unknown:
         raise ConfigError(f"config.{unknown[0]}", _short(raw[unknown[0]]), "known keys: " + ", ".join(sorted(EXPERIMENT_KEYS)))
@@ -215,7 +224,8 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
     sweep = raw.get("sweep") or {}
     if not isinstance(sweep, dict):
         raise ConfigError("sweep", sweep, "a mapping of dotted field -> list or {geometric: ...}")
-    axes = {str(k): expand_axis(str(k), v) for k, v in sweep.items()}
+    max_points = require_positive("max_points", raw.get("max_points", DEFAULT_MAX_POINTS), integer=True)
+    axes = {str(k): expand_axis(str(k), v, max_points) for k, v in sweep.items()}
     base = {k: copy.deepcopy(raw[k]) for k in SCENARIO_KEYS if k in raw}
     base["name"] = name
     experiment = Experiment(
@@ -225,7 +235,7 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
         backend=require_choice("backend", raw.get("backend", "sim"), BACKENDS),
         repetitions=require_positive("repetitions", raw.get("repetitions", 1), integer=True),
         seed=require_positive("seed", raw.get("seed", 0), integer=True, allow_zero=True),
-        max_points=require_positive("max_points", raw.get("max_points", DEFAULT_MAX_POINTS), integer=True),
+        max_points=max_points,
         real=_real_options(raw.get("real")),
         real_spec={k: v for k, v in (raw.get("real") or {}).items() if k not in REAL_CALL_KEYS},
         calibration=_calibration(raw.get("calibration")),
@@ -351,6 +361,10 @@ def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list
                 from sim.run import check_run_size
 
                 check_run_size(experiment.iterations, scenario.cluster.world_size)
+            elif "sim" in sources:
+                from sim.simulate import check_one_iteration
+
+                check_one_iteration(scenario)
             if experiment.calibration:
                 from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
 

@@ -117,13 +117,18 @@ def load_measure():
     return measure_point
 
 
-def check_real_specs(specs: list[dict[str, Any]]) -> None:
-    """Validate the harness' options of every measured point before any runs (if the harness
-    exposes its checker, ``real.config.real_scenario``)."""
+def check_real_specs(specs: list[dict[str, Any]], options: dict[str, Any] | None = None) -> None:
+    """Validate the harness' options of every measured point, and measure_point's arguments
+    (the config's ``real:`` iterations, warmup, timeout_s, link, topology), before any runs (if
+    the harness exposes its checkers, ``real.config.real_scenario`` and ``real.measure.check_run_options``)."""
     try:
         from real.config import real_scenario
+        from real.measure import check_run_options
     except ImportError:
         return
+    if options is not None:
+        check_run_options(**{k: options[k] for k in ("iterations", "warmup", "timeout_s", "link", "topology")},
+                          where="real.")
     for spec in specs:
         real_scenario(spec)
 

@@ -44,7 +44,7 @@ class Check:
 
 
 def load_suite(path: str | Path) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    raw = read_yaml(path)
+    raw = read_yaml(path, what="suite")
     if not isinstance(raw, dict):
         raise ConfigError(str(path), type(raw).__name__, "a mapping with keys tolerance, scenarios")
     reject_unknown_keys(str(path), raw, ("tolerance", "scenarios"))
@@ -56,6 +56,9 @@ def load_suite(path: str | Path) -> tuple[dict[str, float], list[dict[str, Any]]
     scenarios = raw.get("scenarios")
     if not isinstance(scenarios, list) or not scenarios:
         raise ConfigError("scenarios", scenarios, "a non-empty list of experiment configs")
+    for i, entry in enumerate(scenarios):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"scenarios[{i}]", entry, "an experiment config (a mapping: name, workload, cluster, sweep, ...)")
     return tolerance, scenarios
 
 
@@ -76,10 +79,30 @@ def simulate_scenario(raw: dict[str, Any]) -> tuple[str, dict[str, float], list[
 
 
 def read_baseline(path: Path) -> dict[str, dict[str, Any]]:
+    """point_id -> row of a baseline CSV; an unreadable file, a missing column or a value that is
+    not a finite number (a time that is not > 0) is a ConfigError naming the file and row."""
     if not path.is_file():
         return {}
-    with path.open(encoding="utf-8", newline="") as fh:
-        return {r["point_id"]: r for r in csv.DictReader(fh)}
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, ValueError, csv.Error) as err:
+        raise ConfigError(str(path), "unreadable", f"a baseline CSV ({type(err).__name__}); "
+                          "`scalebench regress --update` rewrites it") from None
+    out = {}
+    for i, r in enumerate(rows, start=2):  # line 1 is the header
+        for key in ("point_id", "scaling_efficiency", "iteration_time_s"):
+            if not r.get(key):
+                raise ConfigError(f"{path} line {i}", f"no {key}", "columns " + ", ".join(BASELINE_COLUMNS)
+                                  + " (`scalebench regress --update` rewrites it)")
+        for key in ("scaling_efficiency", "iteration_time_s"):
+            try:
+                value = float(r[key])
+            except ValueError:
+                value = float("nan")
+            require_positive(f"{path} line {i} {key}", value, allow_zero=key == "scaling_efficiency")
+        out[r["point_id"]] = r
+    return out
 
 
 def write_baseline(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -27,6 +27,11 @@ def busbw_factor(collective: str, n: int) -> float:
     return 1.0
 
 
+MAX_COMM_BYTES = 2**30
+"""1 GiB, the largest message of a sweep: nccl-tests' own examples stop at 128 MiB-8 GiB on GPUs
+with 40-80 GB; on a CPU machine every rank holds several buffers of it."""
+
+
 def sizes_bytes(min_bytes: int = KIB, max_bytes: int = 256 * KIB * KIB, factor: int = 4) -> list[int]:
     sizes, s = [], min_bytes
     while s <= max_bytes:
@@ -166,7 +171,22 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
     for name in collectives:
         if name not in COLLECTIVES:
             raise ConfigError("--collectives", name, COLLECTIVES)
-    require_positive("--max-bytes", max_bytes, integer=True)
+    require_positive("--max-bytes", max_bytes, integer=True, maximum=MAX_COMM_BYTES,
+                     why="per rank; all_gather holds ranks x that")
+    if max_bytes < min_bytes:
+        raise ConfigError("--max-bytes", max_bytes, f"at least the smallest size, {min_bytes} bytes")
+    from real.config import BACKENDS
+    from real.measure import check_run_options
+    from sim.errors import require_choice
+
+    require_choice("--backend", backend, BACKENDS)
+    if backend == "nccl":
+        from real.config import _cuda_device_name
+
+        if not _cuda_device_name():
+            raise ConfigError("--backend", backend, "gloo here (nccl needs CUDA devices)")
+    check_run_options(iterations=iterations, warmup=warmup, timeout_s=timeout_s, link=link, topology=topology,
+                      min_time_s=min_time_s, max_iterations=max_iterations)
     job = {"kind": "comm", "collectives": list(collectives), "max_bytes": max_bytes, "min_bytes": min_bytes,
            "iterations": iterations, "warmup": warmup, "min_time_s": min_time_s, "max_iterations": max_iterations,
            "backend": backend, "link": link, "topology": topology, "busy_s": busy_s}

@@ -64,25 +64,43 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
     return row
 
 
+TOPOLOGIES = ("shared", "per_link")
+
+
+def check_run_options(*, iterations: Any, warmup: Any, timeout_s: Any, link: Any = None, topology: Any = "shared",
+                      min_time_s: Any = 0.0, max_iterations: Any = 0, where: str = "") -> None:
+    """measure_point's own arguments, checked before anything starts (``where``: the config
+    section they came from, e.g. ``real.``)."""
+    require_positive(f"{where}iterations", iterations, integer=True)
+    require_positive(f"{where}warmup", warmup, integer=True, allow_zero=True)
+    require_positive(f"{where}timeout_s", timeout_s)
+    if topology not in TOPOLOGIES:
+        raise ConfigError(f"{where}topology", topology, TOPOLOGIES)
+    if link:
+        if not isinstance(link, str):
+            raise ConfigError(f"{where}link", link, "a rate such as 100mbit, 1gbit or 10gbit")
+        from real.netem import check_link
+
+        try:
+            check_link(link)
+        except ConfigError as err:  # named --link there: name the config's field here
+            if not where:
+                raise
+            raise ConfigError(f"{where}link", err.value, err.allowed) from None
+    require_positive(f"{where}min_time_s", min_time_s, allow_zero=True)
+    require_positive(f"{where}max_iterations", max_iterations, integer=True, allow_zero=True)
+
+
 def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link: str | None = None,
              topology: str = "shared", min_time_s: float = 0.0,
              max_iterations: int = 0) -> tuple[Any, Any, dict[str, Any]]:
     """Validate, launch and return (scenario, options, rank 0's gathered per-rank data)."""
-    require_positive("iterations", iterations, integer=True)
-    require_positive("warmup", warmup, integer=True, allow_zero=True)
-    require_positive("timeout_s", timeout_s)
-    if topology not in ("shared", "per_link"):
-        raise ConfigError("topology", topology, ("shared", "per_link"))
-    if link:
-        from real.netem import check_link
-
-        check_link(link)
+    check_run_options(iterations=iterations, warmup=warmup, timeout_s=timeout_s, link=link, topology=topology,
+                      min_time_s=min_time_s, max_iterations=max_iterations)
     scenario, options = real_scenario(spec)
     world = scenario.cluster.world_size
     if options.strategy == "pipeline" and world < 2:
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
-    require_positive("min_time_s", min_time_s, allow_zero=True)
-    require_positive("max_iterations", max_iterations, integer=True, allow_zero=True)
     job = job_for(spec, options, iterations, warmup, min_time_s=min_time_s, max_iterations=max_iterations)
     job["link"], job["topology"] = link, topology
     deadline_s = timeout_s * 3 + 30 + 4 * min_time_s  # four timed phases, each at least min_time_s

@@ -117,8 +117,8 @@ ROW_SUFFIXES = (".csv", ".json", ".parquet")
 def check_row_path(field: str, path: str | Path) -> Path:
     """Refuse, before anything is measured, an output file ``write_rows`` cannot write: another
     suffix, parquet without pyarrow, a path under a file or in a read-only place."""
-    from sim.fileio import check_writable
     from sim.errors import ConfigError
+    from sim.fileio import check_writable
 
     path = Path(path)
     if path.suffix.lower() not in ROW_SUFFIXES:

@@ -308,5 +308,5 @@ def builtin_catalog() -> Catalog:
 
 def load_catalog_file(path: str | Path, base: Catalog | None = None) -> Catalog:
     """Extend ``base`` (the built-in catalog by default) with a YAML file of gpus/links."""
-    data = read_yaml(path)
+    data = read_yaml(path, what="catalog")
     return (base or builtin_catalog()).extended(data, where=str(path))

@@ -89,12 +89,27 @@ def validate_scenario(scenario: Scenario) -> None:
     check_against_cluster(scenario.heterogeneity, scenario.faults, c.world_size, c.nodes)
     if s.model_parallel:
         check_placement(c, s.tp, s.pp)
+    _require_compute(scenario)
     if scenario.fidelity == "detailed":
         from sim.engine.detailed import check_detailed
 
         check_detailed(scenario)
     if scenario.check_memory:
         check_memory(scenario)
+
+
+def _require_compute(scenario: Scenario) -> None:
+    """A workload must take time on the cluster's GPU: with every layer's FLOPs (or measured
+    times) zero and no launch overhead, one GPU's iteration lasts 0 s and throughput, speedup and
+    efficiency have no value."""
+    from sim.costs.compute import layer_times_s
+    from sim.strategy import DTYPE_BYTES
+
+    w, gpu, precision = scenario.workload, scenario.cluster.gpu, scenario.strategy.precision
+    if sum(f + b for f, b in layer_times_s(w, gpu, precision, DTYPE_BYTES[precision])) <= 0:
+        raise ConfigError("workload.layers", f"{w.name}: every layer takes 0 s on {gpu.name}",
+                          "at least one layer with FLOPs, activations or measured times > 0 (or a GPU with a launch "
+                          "overhead)", related=("cluster.gpu", "catalog"))
 
 
 def load_scenario(path: str | Path, catalog: Catalog | None = None) -> Scenario:

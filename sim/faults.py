@@ -18,8 +18,10 @@ from sim.errors import ConfigError, reject_unknown_keys, require_positive
 HETEROGENEITY_KEYS = ("jitter_cv", "slow_nodes", "slow_factor", "mixed_gpus")
 FAULT_KEYS = ("fail_rank", "fail_at_s", "checkpoint_interval_s", "checkpoint_s", "restart_s")
 MAX_JITTER_CV = 10.0
-"""A coefficient of variation of 10 already makes a rank's slowest iteration of a run ~100 x its
-mean (lognormal_jitter); larger values are percentages written as ratios (50 for 50 %)."""
+"""A coefficient of variation of 10 already draws factors up to ~90 x a rank's mean (200
+iterations x 32 ranks, lognormal_jitter); larger values are percentages written as ratios (50 for 50 %)."""
+MAX_SLOW_FACTOR = 1e6
+"""A node a million times slower does no work in any run; times past it overflow long runs' sums."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +53,8 @@ def heterogeneity_from_dict(spec: Any, catalog: Catalog, where: str = "heterogen
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(HETEROGENEITY_KEYS))
     reject_unknown_keys(where, spec, HETEROGENEITY_KEYS)
-    factor = float(require_positive(f"{where}.slow_factor", spec.get("slow_factor", 1.0)))
+    factor = float(require_positive(f"{where}.slow_factor", spec.get("slow_factor", 1.0), maximum=MAX_SLOW_FACTOR,
+                                    why="slower than that is a dead node: faults.fail_rank models it"))
     if factor < 1:
         raise ConfigError(f"{where}.slow_factor", factor, "a number >= 1 (times slower)")
     mixed = spec.get("mixed_gpus") or {}

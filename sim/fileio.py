@@ -12,7 +12,6 @@ from typing import IO, Any
 
 from sim.errors import ConfigError
 
-
 PATH_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENOENT,
                errno.ENAMETOOLONG)
 """Errors of the output path itself (the user's to change): a ConfigError, exit status 2. Others

@@ -33,14 +33,35 @@ def baseline_time_s(scenario: Scenario) -> float:
     return run_fast(build_plan(single), 1, scenario.workload.batch_size).iteration_time_s
 
 
+def _changed(value: object, default: object) -> str:
+    """``key=value`` for the fields of a dataclass that differ from its defaults."""
+    from dataclasses import fields
+
+    return ", ".join(f"{f.name}={getattr(value, f.name)!r}" for f in fields(value)  # type: ignore[arg-type]
+                     if getattr(value, f.name) != getattr(default, f.name))
+
+
+def check_one_iteration(scenario: Scenario) -> None:
+    """What one iteration cannot show is refused rather than left out of the answer: asynchronous
+    training, stragglers (heterogeneity:) and failures (faults:) exist only over many iterations."""
+    from sim.errors import ConfigError
+    from sim.faults import Faults, Heterogeneity
+
+    run = "a run: scalebench simulate --iterations N, an experiment's iterations: N, or sim.run.simulate_run"
+    if scenario.strategy.collective == "ps" and scenario.strategy.ps_mode == "async":
+        raise ConfigError("strategy.ps_mode", "async", f"sync for one iteration; asynchronous training is {run}")
+    if scenario.heterogeneity != Heterogeneity():
+        raise ConfigError("heterogeneity", _changed(scenario.heterogeneity, Heterogeneity()), f"nothing for one iteration (it has no stragglers); jitter, slow nodes "
+                          f"and mixed GPUs need {run}")
+    if scenario.faults != Faults():
+        raise ConfigError("faults", _changed(scenario.faults, Faults()), f"nothing for one iteration (it has no failures); faults need {run}")
+
+
 def simulate(scenario: Scenario) -> IterationResult:
     """One training iteration of ``scenario``, with speedup and efficiency against one GPU."""
-    from sim.errors import ConfigError
     from sim.memory import memory_per_rank
 
-    if scenario.strategy.collective == "ps" and scenario.strategy.ps_mode == "async":
-        raise ConfigError("strategy.ps_mode", "async", "sync for one iteration; asynchronous training is a run: "
-                          "sim.run.simulate_run(scenario, iterations) or scalebench simulate --iterations N")
+    check_one_iteration(scenario)
     result = _run(scenario)
     memory = max(b.total_bytes for b in memory_per_rank(scenario))
     return replace(result, baseline_time_s=baseline_time_s(scenario), memory_bytes=memory)

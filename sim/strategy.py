@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sim.cluster import MAX_WORLD_SIZE
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
 from sim.units import mib_to_bytes
 
@@ -206,7 +207,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         double_buffering=double,
         ps_layout=require_choice(f"{where}.ps_layout", spec.get("ps_layout", "dedicated"), PS_LAYOUTS),
         collective=require_choice(f"{where}.collective", spec.get("collective", "auto"), COLLECTIVES),
-        ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True),
+        ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True, maximum=MAX_WORLD_SIZE,
+                                    why="hosts, as many as the largest cluster has GPUs"),
         bucket_bytes=max(1, mib_to_bytes(bucket_mib)),
         first_bucket_bytes=None if first_mib is None else max(1, mib_to_bytes(first_mib)),
         overlap=overlap,

@@ -173,11 +173,43 @@ def expand_sweeps(sweeps: Any, defaults: dict[str, Any], batches: dict[str, int]
     return list(points.values()), dropped
 
 
+RANK_LISTS = {"colocated": 1, "ranks": 2, "codec_ranks": 1, "codec_op_ranks": 1, "framework_ranks": 1,
+              "pipeline_ranks": 2}
+"""calibration lists of rank counts, and the fewest ranks each entry takes (collectives need 2)."""
+
+
+def _path(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(field_name, value, "a directory path")
+    return value
+
+
+def _check_counts(calibration: dict[str, Any], network: dict[str, Any]) -> None:
+    """Rank counts, models and message sizes of the calibration and network sections."""
+    from real.bench_comm import MAX_COMM_BYTES
+
+    for key, least in RANK_LISTS.items():
+        for i, v in enumerate(_as_list(calibration.get(key, []))):
+            if require_positive(f"calibration.{key}[{i}]", v, integer=True) < least:
+                raise ConfigError(f"calibration.{key}[{i}]", v, f"at least {least} ranks")
+    for i, v in enumerate(_as_list(network.get("ranks", []))):
+        if require_positive(f"network.ranks[{i}]", v, integer=True) < 2:
+            raise ConfigError(f"network.ranks[{i}]", v, "at least 2 ranks (a collective)")
+    for i, m in enumerate(_as_list(calibration.get("models", []))):
+        require_choice(f"calibration.models[{i}]", m, MODELS)
+    for section, where in ((calibration, "calibration"), (network, "network")):
+        for key in ("max_bytes", "min_bytes"):
+            if key in section:
+                require_positive(f"{where}.{key}", section[key], integer=True, maximum=MAX_COMM_BYTES, why="per rank")
+    if not isinstance(calibration.get("dir", ""), str):
+        raise ConfigError("calibration.dir", calibration["dir"], "a directory path")
+
+
 def load_validation_config(path: str | Path) -> ValidationConfig:
     path = Path(path)
-    spec = read_yaml(path)
+    spec = read_yaml(path, what="--config")
     if not isinstance(spec, dict):
-        raise ConfigError(str(path), type(spec).__name__, "a YAML mapping with keys " + ", ".join(CONFIG_KEYS))
+        raise ConfigError(str(path), "an empty file" if spec is None else type(spec).__name__, "a YAML mapping with keys " + ", ".join(CONFIG_KEYS))
     reject_unknown_keys(str(path), spec, CONFIG_KEYS)
     threshold = _section(spec, "threshold", THRESHOLD_KEYS)
     if "mape_percent" not in threshold:
@@ -191,9 +223,12 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
         raise ConfigError("measure.step_profiles", step_profiles, "true or false")
     calibration = _section(spec, "calibration", CALIBRATION_KEYS)
     network = _section(spec, "network", NETWORK_KEYS)
-    for key in ("step_rounds", "comm_rounds"):
+    for key in ("step_rounds", "comm_rounds", "iterations"):
         if key in calibration:
             require_positive(f"calibration.{key}", calibration[key], integer=True)
+    if "iterations" in network:
+        require_positive("network.iterations", network["iterations"], integer=True)
+    _check_counts(calibration, network)
     for key, integer in (("stall_ranks", True), ("stall_bursts_ms", False)):
         for i, v in enumerate(_as_list(calibration.get(key, []))):
             require_positive(f"calibration.{key}[{i}]", v, integer=integer)
@@ -212,7 +247,7 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
     return ValidationConfig(
         name=str(spec.get("name", path.stem)),
         path=path,
-        out=Path(str(spec.get("out", "results/validation"))),
+        out=Path(_path("out", spec.get("out", "results/validation"))),
         mape_percent=mape,
         worst_percent=worst,
         min_points=require_positive("threshold.min_points", threshold.get("min_points", 1), integer=True),

@@ -87,23 +87,66 @@ def measure_one(spec: dict) -> dict:
             "scaling_efficiency": result.scaling_efficiency, "peak_rss_mib": peak_kib / 1024}
 
 
-def run(args: argparse.Namespace) -> int:
-    from sim.errors import ConfigError, require_positive
-    from sim.workload import load_workload
+FLAG_OF_FIELD = {
+    "workload.model": "--model", "cluster.gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node",
+    "strategy.collective": "--collective", "strategy.ps_servers": "--async-servers",
+    "heterogeneity.jitter_cv": "--async-jitter-cv", "iterations": "--async-iterations",
+}
+"""The flag that sets each scenario field this command builds, for its error messages."""
 
-    load_workload(args.model, "--model")
+
+class _TimedRunFailed(Exception):
+    """A timing subprocess exited non-zero (the scenarios were checked before: not bad input)."""
+
+
+def _checked(spec: dict, iterations: int | None = None) -> None:
+    """Every scenario is validated here, before any timing subprocess starts; errors name the flag."""
+    from sim.config import scenario_from_dict
+    from sim.errors import ConfigError
+
+    try:
+        scenario = scenario_from_dict(spec)
+        if iterations is not None:
+            from sim.run import check_run_size
+
+            check_run_size(iterations, scenario.cluster.world_size)
+    except ConfigError as err:
+        flag = FLAG_OF_FIELD.get(err.field)
+        if flag is None:
+            raise
+        raise ConfigError(flag, err.value, err.allowed) from None
+
+
+def _timed(cmd: list[str]) -> dict:
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        lines = out.stderr.strip().splitlines()
+        raise _TimedRunFailed(f"a timed run exited with status {out.returncode}: {lines[-1] if lines else 'no message'}")
+    return json.loads(out.stdout)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except _TimedRunFailed as err:
+        print(f"scalebench bench: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sim.errors import require_positive
+
     require_positive("--repeats", args.repeats, integer=True)
-    rows = []
+    specs = []
     for gpus in args.gpus:
-        require_positive("--gpus", gpus, integer=True)
-        if gpus > args.gpus_per_node and gpus % args.gpus_per_node:
-            raise ConfigError("--gpus", gpus, f"a multiple of --gpus-per-node={args.gpus_per_node}")
         spec = _scenario_spec(args.model, gpus, args.gpus_per_node, args.collective)
-        runs = []
-        for _ in range(args.repeats):
-            out = subprocess.run([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)],
-                                 capture_output=True, text=True, check=True)
-            runs.append(json.loads(out.stdout))
+        _checked(spec)
+        specs.append((gpus, spec))
+    if args.async_workers:
+        _bench_async_spec(args)
+    rows = []
+    for gpus, spec in specs:
+        runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)]) for _ in range(args.repeats)]
         rows.append({
             "gpus": gpus,
             "wall_s_median": statistics.median(r["wall_s"] for r in runs),
@@ -146,19 +189,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_async(args: argparse.Namespace) -> dict:
+def _bench_async_spec(args: argparse.Namespace) -> dict:
     from sim.errors import require_positive
 
     require_positive("--async-workers", args.async_workers, integer=True)
     require_positive("--async-iterations", args.async_iterations, integer=True)
-    require_positive("--async-servers", args.async_servers, integer=True)
-    require_positive("--async-jitter-cv", args.async_jitter_cv, allow_zero=True)
     spec = _async_spec(args.model, args.async_workers, args.gpus_per_node, args.async_servers, args.async_jitter_cv)
-    runs = []
-    for _ in range(args.repeats):
-        out = subprocess.run([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec), str(args.async_iterations)],
-                             capture_output=True, text=True, check=True)
-        runs.append(json.loads(out.stdout))
+    _checked(spec, args.async_iterations)
+    return spec
+
+
+def _bench_async(args: argparse.Namespace) -> dict:
+    spec = _bench_async_spec(args)
+    runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec), str(args.async_iterations)])
+            for _ in range(args.repeats)]
     return {
         "workers": args.async_workers, "iterations": args.async_iterations,
         "wall_s_median": statistics.median(r["wall_s"] for r in runs),

@@ -38,13 +38,19 @@ def run(args: argparse.Namespace) -> int:
     if args.from_nccl_tests:
         return _from_nccl_tests(args)
 
+    from real.bench_comm import MAX_COMM_BYTES
     from real.calibrate import calibrate
     from real.launch import RunFailed
     from sim.errors import ConfigError, require_positive
+    from sim.fileio import check_writable
 
-    for k in [*args.colocated, *args.ranks, args.threads]:
-        require_positive("--colocated/--ranks", k, integer=True)
+    for flag, values in (("--colocated", args.colocated), ("--ranks", args.ranks), ("--threads", [args.threads])):
+        for k in values:
+            require_positive(flag, k, integer=True)
     require_positive("--step-rounds", args.step_rounds, integer=True)
+    require_positive("--max-bytes", args.max_bytes, integer=True, maximum=MAX_COMM_BYTES, why="per rank")
+    require_positive("--iterations", args.iterations, integer=True)
+    require_positive("--timeout", args.timeout)
     if any(n < 2 for n in args.ranks):
         raise ConfigError("--ranks", args.ranks, "world sizes of at least 2")
     if args.models:
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         for link in links:
             if link:
                 check_link(link)
+    check_writable("--out", args.out, directory=True)  # before minutes of measuring
     try:
         summary = calibrate(args.out, models=args.models, colocated=tuple(args.colocated), comm_ranks=tuple(args.ranks),
                             links=links, max_bytes=args.max_bytes, iterations=args.iterations, timeout_s=args.timeout,

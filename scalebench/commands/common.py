@@ -57,7 +57,7 @@ def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -
 
     spec = read_yaml(args.config) if args.config else {k: dict(v) if isinstance(v, dict) else v for k, v in default.items()}
     if not isinstance(spec, dict):
-        raise ConfigError(str(args.config), type(spec).__name__, "a YAML mapping")
+        raise ConfigError(str(args.config), "an empty file" if spec is None else type(spec).__name__, "a YAML mapping")
     for flag, (section, key, _) in SCENARIO_FLAGS.items():
         value = getattr(args, flag)
         if value is not None:

@@ -15,7 +15,6 @@ def run(args: argparse.Namespace) -> int:
     from experiments.plots import plot_results
     from experiments.store import ResultDir
     from sim.errors import ConfigError
-
     from sim.fileio import check_writable
 
     store = ResultDir(args.results)

@@ -65,7 +65,7 @@ def spec_from_args(args: argparse.Namespace) -> dict:
     if args.catalog:
         from sim.config import read_yaml
 
-        spec["catalog"] = read_yaml(args.catalog)
+        spec["catalog"] = read_yaml(args.catalog, what="catalog")
     return spec
 
 

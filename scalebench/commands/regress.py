@@ -22,6 +22,10 @@ def run(args: argparse.Namespace) -> int:
     from experiments.regress import format_checks, run_suite
 
     suite = args.suite or resources.files("experiments").joinpath("regress.yaml")
+    if args.update:  # before simulating: a directory that cannot be written would lose the run
+        from sim.fileio import check_writable
+
+        check_writable("--baselines", args.baselines, directory=True)
     checks = run_suite(suite, args.baselines, update=args.update)
     shown = [c for c in checks if c.failed] if args.quiet else checks
     if shown:

@@ -23,8 +23,17 @@ def run(args: argparse.Namespace) -> int:
     from sim.errors import ConfigError
 
     if args.claims:
+        from pathlib import Path
+
         from experiments.claims import claims_markdown, update_readme
 
+        if not Path(args.results_root).is_dir():
+            raise ConfigError("--results-root", args.results_root, "a directory of experiments' results (scalebench run "
+                              "writes results/<name>/)")
+        if args.readme:
+            from sim.fileio import check_writable
+
+            check_writable("--readme", args.readme)
         table = claims_markdown(args.results_root)
         if args.readme:
             update_readme(args.readme, table)

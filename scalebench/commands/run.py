@@ -39,8 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from experiments.config import load_experiment
     from experiments.runner import plan, run_experiment
     from experiments.tables import efficiency_table
-    from sim.fileio import check_writable
     from sim.errors import require_positive
+    from sim.fileio import check_writable
 
     if args.jobs is not None:
         require_positive("--jobs", args.jobs, integer=True, maximum=MAX_JOBS, why="worker processes")

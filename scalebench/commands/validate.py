@@ -46,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # everything it writes goes there, the calibration too
         out = Path(args.out)
         cfg = replace(cfg, out=out, calibration={**cfg.calibration, "dir": str(out / "calibration")})
+    from sim.fileio import check_writable
+
+    check_writable("--out" if args.out else f"{path}: out", cfg.out, directory=True)  # before measuring
     status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure,
                                   progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
     sys.stdout.write(text)
