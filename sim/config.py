@@ -7,6 +7,7 @@ This is the one description that both sim/ and real/ consume. It is torch-free.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,13 @@ def _require_compute(scenario: Scenario) -> None:
     from sim.strategy import DTYPE_BYTES
 
     w, gpu, precision = scenario.workload, scenario.cluster.gpu, scenario.strategy.precision
-    if sum(f + b for f, b in layer_times_s(w, gpu, precision, DTYPE_BYTES[precision])) <= 0:
+    times = layer_times_s(w, gpu, precision, DTYPE_BYTES[precision])
+    for layer, (f, b) in zip(w.layers, times, strict=True):
+        if not math.isfinite(f + b):
+            raise ConfigError(f"workload layer {layer.name}", f"{layer.fwd_flops:g} + {layer.bwd_flops:g} FLOPs x batch "
+                              f"{w.batch_size} on {gpu.name}", "FLOPs, activations and a batch whose time is a finite "
+                              "number of seconds (this one overflows)", related=("workload", "cluster", "catalog"))
+    if sum(f + b for f, b in times) <= 0:
         raise ConfigError("workload.layers", f"{w.name}: every layer takes 0 s on {gpu.name}",
                           "at least one layer with FLOPs, activations or measured times > 0 (or a GPU with a launch "
                           "overhead)", related=("cluster.gpu", "catalog"))

@@ -58,7 +58,9 @@ def human_seconds(t_s: float) -> str:
         return f"{t_s * 1e6:.1f} us"
     if abs(t_s) < 1:
         return f"{t_s * 1e3:.2f} ms"
-    return f"{t_s:.3f} s"
+    if abs(t_s) < 1e6:
+        return f"{t_s:.3f} s"
+    return f"{t_s:.3g} s"  # 1.6e+10 s, not eleven digits (or three hundred)
 
 
 _SIZE_SUFFIX = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": 1024 * GIB}
