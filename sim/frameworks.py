@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.errors import ConfigError
+from sim.errors import require_choice
 
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     "pytorch_ddp": {"bucket_mib": 25.0, "first_bucket_mib": 1.0, "overlap": True, "comm_slows_compute": True},
@@ -45,6 +45,5 @@ def apply_framework(spec: dict[str, Any], where: str = "strategy") -> dict[str, 
     name = spec.get("framework")
     if name is None:
         return spec
-    if name not in FRAMEWORKS:
-        raise ConfigError(f"{where}.framework", name, FRAMEWORKS)
+    name = require_choice(f"{where}.framework", name, FRAMEWORKS)  # a list or a mapping too
     return {**FRAMEWORKS[name], **spec}

@@ -218,6 +218,17 @@ MORE = {
     "real-out-suffix": ({}, ["real", "--out", "row.txt"], "--out", _real),
     "real-comm-max-bytes-huge": ({}, ["real", "--comm", "--max-bytes", "100000000000"], "--max-bytes", _real),
     "real-bench-out-csv": ({}, ["real", "--bench", "--out", "b.csv"], "--out", _real),
+    # collective (predicted nccl-tests tables) and the strategy keys of the collective libraries
+    "collective-maxbytes-1e300": ({}, ["collective", "-e", "1e300"], "--maxbytes", None),
+    "collective-unknown-op": ({}, ["collective", "--op", "zz"], "--op", None),
+    "collective-idle-nan": ({}, ["collective", "--idle-ms", "nan"], "--idle-ms", None),
+    "strategy-framework-list": (_yaml("workload: mlp\nstrategy: {framework: [1]}\n"), ["simulate", "c.yaml"],
+                                "strategy.framework", None),
+    "strategy-fusion-inf": (_yaml("workload: mlp\nstrategy: {fusion_mib: .inf}\n"), ["simulate", "c.yaml"],
+                            "strategy.fusion_mib", None),
+    "backend-flag-strategy-not-mapping": (_yaml("workload: mlp\nstrategy: fast\n"),
+                                          ["simulate", "c.yaml", "--backend", "gloo"], "strategy: got 'fast'", None),
+    "validate-devset-out-ignored": ({}, ["validate", "--suite", "devset", "--out", "v"], "--out", None),
     # report
     "report-claims-root-missing": ({}, ["report", "--claims", "--results-root", "nope"], "--results-root", None),
     "report-claims-readme-binary": ({"r.md": BINARY}, ["report", "--claims", "--readme", "r.md", "--results-root", "."],

@@ -89,7 +89,6 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
     then write catalog.yaml and nccl_tests.csv atomically into --out."""
     import csv
     import io
-    from pathlib import Path
 
     import yaml
 
@@ -97,7 +96,7 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
     from sim.costs.backends.alpha_beta import cost as alpha_beta_cost
     from sim.costs.backends.common import CommOptions
     from sim.errors import ConfigError, require_positive
-    from sim.fileio import atomic_write_text
+    from sim.fileio import atomic_write_text, check_writable
     from sim.nccl_tests import link_entries, read_nccl_tests
 
     if args.nranks is not None:
@@ -108,9 +107,7 @@ def _from_nccl_tests(args: argparse.Namespace) -> int:
     for path in args.from_nccl_tests:
         rows += read_nccl_tests(path, op=args.op, ranks=args.nranks)
     links = link_entries(rows, args.name, args.intra_link)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError("--out", str(out), "a directory (this is a file)")
+    out = check_writable("--out", args.out, directory=True)
     catalog = builtin_catalog().extended({"links": links})
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=["op", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "ranks",

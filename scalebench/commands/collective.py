@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     low, high = parse_bytes("--minbytes", args.minbytes), parse_bytes("--maxbytes", args.maxbytes)
     if high < low:
         raise ConfigError("--maxbytes", args.maxbytes, f"at least --minbytes ({low} B)")
+    if high > cluster.gpu.memory_bytes:  # a buffer the device holds (1e300 bytes answered before)
+        raise ConfigError("--maxbytes", args.maxbytes, f"at most the {cluster.gpu.memory_bytes / 2**30:g} GiB of "
+                          f"a {cluster.gpu.name} (the buffer lives on the device)")
     factor = require_positive("--stepfactor", args.stepfactor, integer=True)
     if factor < 2:
         raise ConfigError("--stepfactor", factor, "an integer >= 2")

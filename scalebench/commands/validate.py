@@ -35,8 +35,18 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from dataclasses import replace
 
+    from sim.errors import ConfigError
+
+    harness_only = {"--quick": args.quick, "--config": args.config, "--out": args.out,
+                    "--recalibrate": args.recalibrate, "--remeasure": args.remeasure}
     if args.suite == "devset":
+        for flag, value in harness_only.items():
+            if value:  # the devset suite measures nothing and writes nothing: the flag would be ignored
+                raise ConfigError(flag, value, "--suite harness (the devset suite compares published measurements "
+                                  "and writes no files)")
         return _devset(args)
+    if args.data:
+        raise ConfigError("--data", args.data, "--suite devset (the harness suite measures this machine)")
 
     from validation.config import load_validation_config
     from validation.run import run_validation
