@@ -132,3 +132,31 @@ def test_measured_rows_are_labelled_with_what_ran():
     assert measured_labels("gloo", "1gbit")["inter_link"] == "1gbit"
     nccl = measured_labels("nccl", None, "NVIDIA H100 80GB HBM3", one_machine=False)
     assert nccl["gpu"] == "NVIDIA H100 80GB HBM3" and nccl["inter_link"] == "nccl over the machines' network"
+
+
+@pytest.mark.parametrize(("raised", "status", "message"), [
+    (KeyboardInterrupt(), 130, "scalebench simulate: interrupted"),
+    (OSError(28, "No space left on device"), 1, "scalebench simulate: error: [Errno 28] No space left on device"),
+    (ConfigError("cluster.gpus", 3, "a multiple of 2"), 2, "scalebench simulate: error: cluster.gpus: got 3"),
+])
+def test_exit_status_of_each_kind_of_ending(raised, status, message, monkeypatch, capsys):
+    import scalebench.commands.simulate
+
+    def fail(args):
+        raise raised
+
+    monkeypatch.setattr(scalebench.commands.simulate, "run", fail)
+    assert main(["simulate"]) == status
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith(message)
+
+
+def test_the_readme_states_every_exit_status_the_cli_returns():
+    import re
+
+    from scalebench import cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Exit status", 1)[1].split("\n## ", 1)[0]
+    stated = {int(m) for m in re.findall(r"^\| (\d+) \|", section, flags=re.M)}
+    assert stated == {cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_BROKEN_PIPE}
