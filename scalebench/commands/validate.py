@@ -45,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(flag, value, "--suite harness (the devset suite compares published measurements "
                                   "and writes no files)")
         return _devset(args)
-    if args.data:
-        raise ConfigError("--data", args.data, "--suite devset (the harness suite measures this machine)")
+    for flag, value in (("--data", args.data), ("--strict", args.strict)):
+        if value:
+            raise ConfigError(flag, value, "--suite devset (the harness suite measures this machine)")
 
     from validation.config import load_validation_config
     from validation.run import run_validation
