@@ -124,13 +124,6 @@ def _fraction(field_name: str, value: Any) -> float:
     return float(value)
 
 
-def _finite(field_name: str, value: Any, *, allow_zero: bool = False, integer: bool = False) -> Any:
-    require_positive(field_name, value, allow_zero=allow_zero, integer=integer)
-    if value == float("inf"):
-        raise ConfigError(field_name, value, f"a finite {'non-negative' if allow_zero else 'positive'} number")
-    return value
-
-
 def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") -> GPU:
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}.{name}", spec, "a mapping with keys " + ", ".join(_GPU_KEYS))
@@ -142,7 +135,7 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") 
     for dtype, tflops in peak.items():
         if dtype not in COMPUTE_DTYPES:
             raise ConfigError(f"{where}.{name}.peak_tflops.{dtype}", dtype, COMPUTE_DTYPES)
-        flops[dtype] = tflops_to_flops(_finite(f"{where}.{name}.peak_tflops.{dtype}", tflops))
+        flops[dtype] = tflops_to_flops(require_positive(f"{where}.{name}.peak_tflops.{dtype}", tflops))
     for key in ("memory_bandwidth_GBps", "memory_GiB"):
         if key not in spec:
             raise ConfigError(f"{where}.{name}.{key}", None, "a positive number (required)")
@@ -153,16 +146,16 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") 
     return GPU(
         name=name,
         peak_flops=flops,
-        memory_bandwidth_Bps=gbyte_per_s_to_Bps(_finite(f"{where}.{name}.memory_bandwidth_GBps", spec["memory_bandwidth_GBps"])),
-        memory_bytes=_finite(f"{where}.{name}.memory_GiB", spec["memory_GiB"]) * GIB,
+        memory_bandwidth_Bps=gbyte_per_s_to_Bps(require_positive(f"{where}.{name}.memory_bandwidth_GBps", spec["memory_bandwidth_GBps"])),
+        memory_bytes=require_positive(f"{where}.{name}.memory_GiB", spec["memory_GiB"]) * GIB,
         efficiency=_fraction(f"{where}.{name}.efficiency", spec.get("efficiency", 0.5)),
         launch_overhead_s=us_to_s(
-            _finite(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True)
+            require_positive(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True)
         ),
         kind=kind,
-        compute_capability=None if cc is None else float(_finite(f"{where}.{name}.compute_capability", cc)),
-        nvlinks=_finite(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
-        sm_count=_finite(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
+        compute_capability=None if cc is None else float(require_positive(f"{where}.{name}.compute_capability", cc)),
+        nvlinks=require_positive(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
+        sm_count=require_positive(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
         source=str(spec.get("source", "")),
     )
 
@@ -198,29 +191,29 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
     if has_gbit and has_gbyte or (base is None and not (has_gbit or has_gbyte)):
         raise ConfigError(here, sorted(spec), "exactly one of bandwidth_Gbps, bandwidth_GBps (or a base link)")
     if has_gbit:
-        bandwidth = gbit_per_s_to_Bps(_finite(f"{here}.bandwidth_Gbps", spec["bandwidth_Gbps"]))
+        bandwidth = gbit_per_s_to_Bps(require_positive(f"{here}.bandwidth_Gbps", spec["bandwidth_Gbps"]))
     elif has_gbyte:
-        bandwidth = gbyte_per_s_to_Bps(_finite(f"{here}.bandwidth_GBps", spec["bandwidth_GBps"]))
+        bandwidth = gbyte_per_s_to_Bps(require_positive(f"{here}.bandwidth_GBps", spec["bandwidth_GBps"]))
     else:
         bandwidth = base.bandwidth_Bps  # type: ignore[union-attr]
     kind = spec.get("kind", base.kind if base else "custom")
     if kind not in LINK_KINDS:
         raise ConfigError(f"{here}.kind", kind, LINK_KINDS)
     if "latency_us" in spec:
-        latency_s = us_to_s(_finite(f"{here}.latency_us", spec["latency_us"], allow_zero=True))
+        latency_s = us_to_s(require_positive(f"{here}.latency_us", spec["latency_us"], allow_zero=True))
     elif base is not None:
         latency_s = base.latency_s
     else:
         raise ConfigError(f"{here}.latency_us", None, "a non-negative number (required)")
-    software_s = (us_to_s(_finite(f"{here}.software_latency_us", spec["software_latency_us"], allow_zero=True))
+    software_s = (us_to_s(require_positive(f"{here}.software_latency_us", spec["software_latency_us"], allow_zero=True))
                   if "software_latency_us" in spec else (base.software_latency_s if base else 0.0))
-    mtu = _finite(f"{here}.mtu_bytes", spec["mtu_bytes"], integer=True) if "mtu_bytes" in spec else (
+    mtu = require_positive(f"{here}.mtu_bytes", spec["mtu_bytes"], integer=True) if "mtu_bytes" in spec else (
         base.mtu_bytes if base else 1500)
     if mtu <= TCP_IP_HEADER_BYTES:
         raise ConfigError(f"{here}.mtu_bytes", mtu, f"more than the {TCP_IP_HEADER_BYTES} bytes of TCP/IP headers")
-    per_flow = (gbit_per_s_to_Bps(_finite(f"{here}.per_flow_Gbps", spec["per_flow_Gbps"]))
+    per_flow = (gbit_per_s_to_Bps(require_positive(f"{here}.per_flow_Gbps", spec["per_flow_Gbps"]))
                 if "per_flow_Gbps" in spec else (base.per_flow_bandwidth_Bps if base else None))
-    window = (_finite(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"]) * 2**20
+    window = (require_positive(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"]) * 2**20
               if "tcp_window_MiB" in spec else (base.tcp_window_bytes if base else None))
     nic_vendor = spec.get("nic_vendor", base.nic_vendor if base else None)
     if nic_vendor is not None and nic_vendor not in NIC_VENDORS:
@@ -232,10 +225,10 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
             raise ConfigError(f"{here}.tc", tc, "a mapping with keys " + ", ".join(_TC_KEYS))
         reject_unknown_keys(f"{here}.tc", tc, _TC_KEYS)
         if "rate_Gbps" in tc:
-            bandwidth = min(bandwidth, gbit_per_s_to_Bps(_finite(f"{here}.tc.rate_Gbps", tc["rate_Gbps"])))
+            bandwidth = min(bandwidth, gbit_per_s_to_Bps(require_positive(f"{here}.tc.rate_Gbps", tc["rate_Gbps"])))
             shaped = True
         if "delay_ms" in tc:
-            latency_s += _finite(f"{here}.tc.delay_ms", tc["delay_ms"], allow_zero=True) * 1e-3
+            latency_s += require_positive(f"{here}.tc.delay_ms", tc["delay_ms"], allow_zero=True) * 1e-3
     if "efficiency" in spec:
         efficiency = _fraction(f"{here}.efficiency", spec["efficiency"])
     elif kind == "tcp":

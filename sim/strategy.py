@@ -142,13 +142,6 @@ class Strategy:
         return self.codec_path or default_path(CODECS[self.codec])
 
 
-def _finite(field_name: str, value: Any, allow_zero: bool = False) -> float:
-    value = float(require_positive(field_name, value, allow_zero=allow_zero))
-    if value == float("inf"):
-        raise ConfigError(field_name, value, "a finite number")
-    return value
-
-
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
     from sim.costs.pipeline import STAGE_BALANCES
     from sim.costs.staleness import STALENESS_PENALTIES
@@ -199,10 +192,10 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         framework=spec.get("framework"),
         backend=backend,
         protocol=None if protocol == "auto" else protocol,
-        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(_finite(f"{where}.fusion_mib", fusion_mib))),
-        cycle_time_s=None if cycle_ms is None else _finite(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True) / 1e3,
-        iteration_overhead_s=_finite(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
-                                     allow_zero=True) / 1e3,
+        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(float(require_positive(f"{where}.fusion_mib", fusion_mib)))),
+        cycle_time_s=None if cycle_ms is None else float(require_positive(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True)) / 1e3,
+        iteration_overhead_s=float(require_positive(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
+                                     allow_zero=True)) / 1e3,
         comm_slows_compute=slows,
         double_buffering=double,
         ps_layout=require_choice(f"{where}.ps_layout", spec.get("ps_layout", "dedicated"), PS_LAYOUTS),
