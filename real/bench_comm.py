@@ -20,11 +20,10 @@ KIB = 1024
 
 
 def busbw_factor(collective: str, n: int) -> float:
-    if collective == "allreduce":
-        return 2 * (n - 1) / n
-    if collective in ("allgather", "reduce_scatter"):
-        return (n - 1) / n
-    return 1.0
+    """nccl-tests' factor (sim.costs.backends.BUSBW_FACTOR, the one table)."""
+    from sim.costs.backends.common import BUSBW_FACTOR
+
+    return BUSBW_FACTOR[collective](n)
 
 
 MAX_COMM_BYTES = 2**30

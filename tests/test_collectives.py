@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from sim.catalog import Link
 from sim.cluster import Cluster
+from sim.costs.backends import BUSBW_FACTOR
 from sim.costs.collectives import (
     ALLREDUCE,
-    BUSBW_FACTOR,
     bytes_by_link,
     collective_time_s,
     hierarchical_allreduce,

@@ -202,20 +202,3 @@ ALLREDUCE: dict[str, Callable[..., list[Step]]] = {
     "hierarchical": hierarchical_allreduce,
     "ps": ps_push_pull,
 }
-
-BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
-    # nccl-tests doc/PERFORMANCE.md: busbw = algbw x factor(n)
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-}
-
-
-def gradient_sync_steps(n_bytes: float, cluster: Cluster, collective: str, ps_servers: int = 1) -> list[Step]:
-    """The steps that synchronise one bucket of ``n_bytes`` gradients."""
-    if collective == "ps":
-        return ps_push_pull(n_bytes, cluster, servers=ps_servers)
-    return ALLREDUCE[collective](n_bytes, cluster)

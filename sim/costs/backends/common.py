@@ -52,6 +52,19 @@ class CommCost:
 
 OpFunction = Callable[[float, Cluster, CommOptions], CommCost]
 
+RING_FAMILY = ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter")
+"""The operations a library runs as rings or chains (and, for NCCL, trees and NVLS)."""
+
+
+def library_ops(collective: Callable[[str, float, Cluster, CommOptions], CommCost], alltoall: OpFunction,
+                sendrecv: OpFunction) -> dict[str, OpFunction]:
+    """A library's ``ops``: ``collective(op, ...)`` for the ring family, its own alltoall and
+    sendrecv."""
+    import functools
+
+    ops: dict[str, OpFunction] = {op: functools.partial(collective, op) for op in RING_FAMILY}
+    return {**ops, "alltoall": alltoall, "sendrecv": sendrecv}
+
 
 @dataclass(frozen=True)
 class Backend:

@@ -33,6 +33,7 @@ from sim.costs.backends.common import (
     CommOptions,
     alltoall_bytes_by_link,
     alltoall_s,
+    library_ops,
     ring_bytes_by_link,
     ring_hop_link,
     ring_rate_Bps,
@@ -174,15 +175,9 @@ def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
                     alltoall_bytes_by_link(n_bytes, group))
 
 
-def _op(op: str):
-    return lambda n_bytes, group, options: _ring(op, n_bytes, group, options)
-
-
 BACKEND = Backend(
     name="gloo",
-    ops={"allreduce": _op("allreduce"), "reduce": _op("reduce"), "broadcast": _op("broadcast"),
-         "allgather": _op("allgather"), "reduce_scatter": _op("reduce_scatter"),
-         "alltoall": _alltoall, "sendrecv": _sendrecv},
+    ops=library_ops(_ring, _alltoall, _sendrecv),
     algorithms=("ring",),
     protocols=(),
     description="gloo (PyTorch's CPU backend): segmented rings, one TCP stream per neighbour, CPU reduction",

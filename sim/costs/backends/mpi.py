@@ -30,6 +30,7 @@ from sim.costs.backends.common import (
     CommOptions,
     alltoall_bytes_by_link,
     inter_node_Bps,
+    library_ops,
     ring_bytes_by_link,
     ring_hop_link,
     ring_rate_Bps,
@@ -115,14 +116,9 @@ def _cost(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> Comm
     return CommCost(t, choice, "", by_link)
 
 
-def _op(op: str):
-    return lambda n_bytes, group, options: _cost(op, n_bytes, group, options)
-
-
 BACKEND = Backend(
     name="mpi",
-    ops={op: _op(op) for op in ("allreduce", "reduce", "broadcast", "allgather", "reduce_scatter", "alltoall",
-                                 "sendrecv")},
+    ops=library_ops(_cost, lambda b, g, o: _cost("alltoall", b, g, o), lambda b, g, o: _cost("sendrecv", b, g, o)),
     algorithms=ALGORITHMS,
     protocols=(),
     description="MPI (MPICH's defaults): recursive doubling, Rabenseifner, binomial trees, rings",

@@ -30,6 +30,7 @@ from sim.costs.backends.common import (
     alltoall_bytes_by_link,
     alltoall_s,
     end_to_end,
+    library_ops,
     pipelined_s,
     ring_bytes_by_link,
     ring_hop_link,
@@ -371,15 +372,9 @@ def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
                     "p2p", "Simple", alltoall_bytes_by_link(n_bytes, group))
 
 
-def _op(op: str):
-    return lambda n_bytes, group, options: _collective(op, n_bytes, group, options)
-
-
 BACKEND = Backend(
     name="nccl",
-    ops={"allreduce": _op("allreduce"), "reduce": _op("reduce"), "broadcast": _op("broadcast"),
-         "allgather": _op("allgather"), "reduce_scatter": _op("reduce_scatter"),
-         "alltoall": _alltoall, "sendrecv": _sendrecv},
+    ops=library_ops(_collective, _alltoall, _sendrecv),
     algorithms=T.ALGORITHMS,
     protocols=T.PROTOCOLS,
     description="NVIDIA NCCL: its tuning model picks ring/tree/NVLS and LL/LL128/Simple; sockets or verbs",
