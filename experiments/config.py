@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.catalog import Catalog, builtin_catalog
-from sim.config import SCENARIO_KEYS, read_yaml, scenario_from_dict
+from sim.config import SCENARIO_KEYS, read_yaml, resolve_path, resolve_paths, scenario_from_dict
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
 
 BACKENDS = ("sim", "real", "both")
@@ -259,7 +259,19 @@ def _short(value: Any, limit: int = 60) -> Any:
 
 
 def load_experiment(path: str | Path) -> Experiment:
-    return experiment_from_dict(read_yaml(path), default_name=Path(path).stem)
+    """Read, resolve ``layers_file`` paths against the file's folder (in the base and in sweep
+    values), validate."""
+    raw = resolve_paths(read_yaml(path), Path(path).parent)
+    sweep = raw.get("sweep") if isinstance(raw, dict) else None
+    if isinstance(sweep, dict):
+        key = "workload.layers_file"
+        if isinstance(sweep.get(key), list):
+            sweep[key] = [resolve_path(v, Path(path).parent) if isinstance(v, str) else v for v in sweep[key]]
+        cases = sweep.get(CASE_AXIS)
+        for case in cases if isinstance(cases, list) else []:
+            if isinstance(case, dict) and isinstance(case.get(key), str):
+                case[key] = resolve_path(case[key], Path(path).parent)
+    return experiment_from_dict(raw, default_name=Path(path).stem)
 
 
 def _real_options(spec: Any) -> dict[str, Any]:

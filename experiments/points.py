@@ -27,8 +27,23 @@ def point_id(point: Point, experiment: Experiment) -> str:
         key["iterations"] = experiment.iterations
     if point.source == "real":
         key["real"] = experiment.real
+    table = layers_file_digest(point.spec)
+    if table:
+        key["layers_file_sha256"] = table
     text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:POINT_ID_CHARS]
+
+
+def layers_file_digest(spec: dict[str, Any]) -> str | None:
+    """The SHA-256 of the point's ``workload.layers_file``: a re-derived table is a new point."""
+    workload = spec.get("workload")
+    path = workload.get("layers_file") if isinstance(workload, dict) else None
+    if not isinstance(path, str):
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None  # scenario validation names the unreadable file
 
 
 def axis_columns(axes: dict[str, Any]) -> dict[str, Any]:

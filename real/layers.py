@@ -2,7 +2,7 @@
 per-child times map onto a zoo layer table.
 
 Only used where the simulator's zoo lacks a CPU-sized model (the zoo's tables come from
-``scripts/derive_layer_tables.py``); FLOPs here are torch's FlopCounterMode counts
+``real.derive``); FLOPs here are torch's FlopCounterMode counts
 (matmul and convolution only: forward counted alone, backward = total - forward).
 """
 

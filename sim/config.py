@@ -24,8 +24,8 @@ from sim.strategy import Strategy, check_degrees, strategy_from_dict
 from sim.workload import workload_from_dict
 from sim.yamlio import read_yaml
 
-__all__ = ["FIDELITIES", "SCENARIO_KEYS", "Scenario", "load_scenario", "read_yaml", "resolve_backend",
-           "scenario_columns", "scenario_from_dict", "validate_scenario"]
+__all__ = ["FIDELITIES", "SCENARIO_KEYS", "Scenario", "load_scenario", "read_yaml", "resolve_backend", "resolve_path",
+           "resolve_paths", "scenario_columns", "scenario_from_dict", "validate_scenario"]
 
 FIDELITIES = ("fast", "detailed")
 SIMULATION_KEYS = ("fidelity", "seed", "check_memory")
@@ -33,6 +33,19 @@ SCENARIO_KEYS = (
     "name", "description", "workload", "cluster", "strategy", "simulation", "catalog",
     "heterogeneity", "faults",
 )
+
+
+def resolve_paths(spec: Any, base_dir: str | Path) -> Any:
+    """``workload.layers_file`` relative to the folder of the config file that names it (in place;
+    absolute paths and anything that is not a mapping are left alone)."""
+    workload = spec.get("workload") if isinstance(spec, dict) else None
+    if isinstance(workload, dict) and isinstance(workload.get("layers_file"), str):
+        workload["layers_file"] = resolve_path(workload["layers_file"], base_dir)
+    return spec
+
+
+def resolve_path(path: str, base_dir: str | Path) -> str:
+    return path if not path or Path(path).is_absolute() else str((Path(base_dir) / path).resolve())
 
 
 def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, extra_keys: tuple[str, ...] = ()) -> Scenario:
@@ -120,7 +133,7 @@ def _require_compute(scenario: Scenario) -> None:
 
 
 def load_scenario(path: str | Path, catalog: Catalog | None = None) -> Scenario:
-    return scenario_from_dict(read_yaml(path), catalog)
+    return scenario_from_dict(resolve_paths(read_yaml(path), Path(path).parent), catalog)
 
 
 def scenario_columns(scenario: Scenario) -> dict[str, Any]:

@@ -2,24 +2,35 @@
 
 Layer tables are data files under ``sim/data/workloads/`` (``<name>.yaml`` for the metadata
 and published totals, ``<name>.csv`` for the layers), derived from torch definitions by
-``scripts/derive_layer_tables.py`` with torch's FLOP counter, so sim/ never imports torch.
-FLOPs and activations are per sample; parameters are counted in elements and turned into
-bytes by the strategy's precision.
+``real.derive`` (``scalebench layers --zoo``) with torch's FLOP counter, so sim/ never imports
+torch. A transformer's YAML holds its ``architecture`` instead of a CSV: its table is built in
+closed form (sim.transformer) at any ``seq_len``. A user's own model comes as a CSV written by
+``scalebench layers MODULE:CALLABLE`` (``layers_file``). FLOPs and activations are per sample;
+parameters are counted in elements and turned into bytes by the strategy's precision.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.transformer import Architecture, architecture_from_dict, transformer_rows, with_seq_len
 from sim.yamlio import load_yaml_text
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 LAYER_COLUMNS = ("layer", "kind", "param_count", "fwd_flops", "bwd_flops", "activation_elems")
+TIME_COLUMNS = ("fwd_time_s", "bwd_time_s")
+META_PREFIX = "# meta: "
+"""A layer file's comment line with its JSON metadata: name, batch_size, dtype, and times_batch_size
+(the batch at which its fwd_time_s / bwd_time_s were measured)."""
+DECODER = "decoder"
+"""The parameterised transformer: ``{model: decoder, architecture: {layers, hidden, heads, seq_len, vocab, ...}}``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +90,7 @@ def zoo_names() -> tuple[str, ...]:
 
 
 def _parse_layers(text: str, where: str) -> tuple[Layer, ...]:
-    rows = list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
+    rows = list(csv.DictReader(line for line in text.splitlines() if line.strip() and not line.startswith("#")))
     if not rows:
         raise ConfigError(where, "empty layer table", "at least one layer row")
     missing = [c for c in LAYER_COLUMNS if c not in rows[0]]
@@ -96,19 +107,74 @@ def _parse_layers(text: str, where: str) -> tuple[Layer, ...]:
                     fwd_flops=float(row["fwd_flops"]),
                     bwd_flops=float(row["bwd_flops"]),
                     activation_elems=float(row["activation_elems"]),
-                    fwd_time_s=float(row["fwd_time_s"]) if row.get("fwd_time_s") else None,
-                    bwd_time_s=float(row["bwd_time_s"]) if row.get("bwd_time_s") else None,
+                    fwd_time_s=_time(row.get("fwd_time_s")),
+                    bwd_time_s=_time(row.get("bwd_time_s")),
                 )
             )
-        except ValueError as err:
-            raise ConfigError(f"{where} row {i + 1}", row, f"numbers in numeric columns ({err})") from None
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"{where} row {i + 1}", dict(row), f"numbers in numeric columns ({err})") from None
     return tuple(layers)
+
+
+def _time(text: str | None) -> float | None:
+    if text is None or text == "":
+        return None
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"a time of {text} s")
+    return value
+
+
+def layer_file_meta(text: str) -> dict[str, Any]:
+    """The ``# meta: {...}`` line of a layer file (empty if it has none)."""
+    for line in text.splitlines():
+        if line.startswith(META_PREFIX):
+            try:
+                meta = json.loads(line[len(META_PREFIX):])
+            except ValueError:
+                meta = None
+            return meta if isinstance(meta, dict) else {}
+        if not line.startswith("#"):
+            break
+    return {}
+
+
+def read_layers_file(path: str | Path, where: str = "workload.layers_file") -> tuple[tuple[Layer, ...], dict[str, Any]]:
+    """A table written by ``scalebench layers`` (or by hand: LAYER_COLUMNS, optionally the time
+    columns): its layers and metadata."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(where, str(path), f"a readable layer table (CSV) ({getattr(err, 'strerror', None) or err})") from None
+    return _parse_layers(text, str(path)), layer_file_meta(text)
+
+
+@cache
+def zoo_meta(name: str) -> dict[str, Any]:
+    return load_yaml_text(_zoo_dir().joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def zoo_architecture(name: str) -> Architecture | None:
+    """A zoo transformer's dimensions (None for the other models)."""
+    arch = zoo_meta(name).get("architecture")
+    return None if arch is None else architecture_from_dict(arch, where=f"zoo {name}")
+
+
+@cache
+def transformer_layers(arch: Architecture) -> tuple[Layer, ...]:
+    return tuple(Layer(name=r[0], kind=r[1], param_count=r[2], fwd_flops=float(r[3]), bwd_flops=float(r[4]),
+                       activation_elems=float(r[5])) for r in transformer_rows(arch))
 
 
 @cache
 def _load_zoo_entry(name: str) -> Workload:
-    meta = load_yaml_text(_zoo_dir().joinpath(f"{name}.yaml").read_text(encoding="utf-8"))
-    layers = _parse_layers(_zoo_dir().joinpath(meta.get("layers_file", f"{name}.csv")).read_text(encoding="utf-8"), f"{name}.csv")
+    meta = zoo_meta(name)
+    arch = zoo_architecture(name)
+    if arch is not None:
+        layers = transformer_layers(arch)
+    else:
+        layers = _parse_layers(_zoo_dir().joinpath(meta.get("layers_file", f"{name}.csv")).read_text(encoding="utf-8"),
+                               f"{name}.csv")
     return Workload(
         name=name,
         layers=layers,
@@ -127,11 +193,25 @@ def load_workload(name: str, field_name: str = "workload.model") -> Workload:
     return _load_zoo_entry(name)
 
 
-WORKLOAD_KEYS = ("model", "batch_size", "optimizer", "layers")
+WORKLOAD_KEYS = ("model", "batch_size", "optimizer", "layers", "layers_file", "seq_len", "architecture")
+WORKLOAD_FIELDS: dict[str, str] = {
+    "model": "a zoo model name, or 'decoder' (the parameterised transformer, with architecture); with layers or "
+             "layers_file: the model's name in the results",
+    "batch_size": "samples per GPU per iteration (a positive integer; default: the model's)",
+    "optimizer": "one of " + ", ".join(OPTIMIZERS),
+    "layers": "an inline layer table: a list of {layer, kind, param_count, fwd_flops, bwd_flops, activation_elems"
+              "[, fwd_time_s, bwd_time_s]}",
+    "layers_file": "a CSV written by `scalebench layers` (relative to the config file)",
+    "seq_len": "tokens per sample of a transformer model (bert_*, gpt2_*, llama2_*, decoder)",
+    "architecture": "a transformer's dimensions (sim.transformer.ARCHITECTURE_KEYS), over the preset's",
+}
+"""Each workload key and what it takes (the CLI's help and ``scalebench schema`` read this)."""
 
 
 def workload_from_dict(spec: dict[str, Any], where: str = "workload") -> Workload:
-    """``{model: resnet50, batch_size: 32, optimizer: momentum}``; ``layers`` gives a custom table.
+    """``{model: resnet50, batch_size: 32, optimizer: momentum}``; ``layers`` gives a custom table,
+    ``layers_file`` one written by ``scalebench layers``; a transformer takes ``seq_len`` and
+    ``architecture`` (``model: decoder`` needs the whole architecture).
 
     A custom table is a list of mappings with the keys of ``LAYER_COLUMNS`` (``layer`` may be
     ``name``), optionally ``fwd_time_s``/``bwd_time_s`` measured at this batch size.
@@ -141,19 +221,68 @@ def workload_from_dict(spec: dict[str, Any], where: str = "workload") -> Workloa
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(WORKLOAD_KEYS))
     reject_unknown_keys(where, spec, WORKLOAD_KEYS)
+    tables = [k for k in ("layers", "layers_file") if k in spec]
+    if len(tables) > 1:
+        raise ConfigError(f"{where}.layers_file", spec["layers_file"], "either layers or layers_file, not both")
+    times_batch = None
+    if tables and any(k in spec for k in ("seq_len", "architecture")):
+        key = "seq_len" if "seq_len" in spec else "architecture"
+        raise ConfigError(f"{where}.{key}", spec[key], f"only with a transformer model, not with {tables[0]}")
     if "layers" in spec:
         name = str(spec.get("model", "custom"))
         layers = _custom_layers(spec["layers"], f"{where}.layers")
         workload = Workload(name=name, layers=layers, batch_size=1, source="inline config")
+    elif "layers_file" in spec:
+        path = spec["layers_file"]
+        if not isinstance(path, str) or not path:
+            raise ConfigError(f"{where}.layers_file", path, "a path to a CSV written by `scalebench layers`")
+        layers, meta = read_layers_file(path, f"{where}.layers_file")
+        times_batch = meta.get("times_batch_size")
+        name = str(spec.get("model", meta.get("name") or Path(path).stem))
+        batch = meta.get("batch_size")
+        if "batch_size" not in spec and not isinstance(batch, int):
+            raise ConfigError(f"{where}.batch_size", None, f"a positive integer ({path} records no batch size)")
+        workload = Workload(name=name, layers=layers, batch_size=batch if isinstance(batch, int) and batch > 0 else 1,
+                            source=f"layers_file {path}")
     elif "model" in spec:
-        workload = load_workload(spec["model"], f"{where}.model")
+        workload = _model_workload(spec, where)
     else:
         raise ConfigError(f"{where}.model", None, "a zoo model name (" + ", ".join(zoo_names()) + ") or a layers table")
     batch = spec.get("batch_size", workload.batch_size)
     workload = workload.with_batch_size(require_positive(f"{where}.batch_size", batch, integer=True))
+    if times_batch is not None and workload.batch_size != times_batch and any(la.fwd_time_s is not None for la in layers):
+        raise ConfigError(f"{where}.batch_size", workload.batch_size,
+                          f"{times_batch}, the batch at which {spec['layers_file']}'s layer times were measured")
     if "optimizer" in spec:
         workload = replace(workload, optimizer=require_choice(f"{where}.optimizer", spec["optimizer"], OPTIMIZERS))
     return workload
+
+
+def _model_workload(spec: dict[str, Any], where: str) -> Workload:
+    """A zoo model; a transformer at ``seq_len`` with ``architecture`` over its preset; or the decoder."""
+    name = spec["model"]
+    if name == DECODER:
+        if "architecture" not in spec:
+            raise ConfigError(f"{where}.architecture", None, "the decoder's dimensions {layers, hidden, heads, seq_len, "
+                              "vocab[, family, kv_heads, ffn_hidden, ...]}")
+        arch = architecture_from_dict(spec["architecture"], f"{where}.architecture")
+        base = Workload(name=DECODER, layers=(), batch_size=1, optimizer="adam", description="parameterised transformer",
+                        source="sim.transformer")
+    else:
+        base = load_workload(name, f"{where}.model")
+        if not any(k in spec for k in ("seq_len", "architecture")):
+            return base
+        preset = zoo_architecture(name)
+        if preset is None:
+            key = "seq_len" if "seq_len" in spec else "architecture"
+            transformers = [n for n in zoo_names() if zoo_meta(n).get("architecture")] + [DECODER]
+            raise ConfigError(f"{where}.{key}", spec[key], "only with a transformer model: " + ", ".join(transformers))
+        arch = preset
+        if "architecture" in spec:
+            arch = architecture_from_dict(spec["architecture"], f"{where}.architecture", base=preset)
+    if "seq_len" in spec:
+        arch = with_seq_len(arch, spec["seq_len"], where)
+    return replace(base, layers=transformer_layers(arch))
 
 
 def _custom_layers(rows: Any, where: str) -> tuple[Layer, ...]:

@@ -2,16 +2,17 @@
 
 ``build_model(name)`` returns an ``nn.Sequential`` whose top-level children are the units a
 pipeline may split between; ``make_batch(name, batch_size, generator)`` gives synthetic
-inputs and targets; ``loss_fn(name)`` the training loss. ``scripts/derive_layer_tables.py``
-turns these definitions into the CSV tables under ``sim/data/workloads/``.
+inputs and targets; ``loss_fn(name)`` the training loss. ``real.derive`` (``scalebench layers
+--zoo``) turns these definitions into the tables under ``sim/data/workloads/``.
 """
 
 from __future__ import annotations
 
-from real.models.large import LARGE_MODELS
 from real.models.small import SMALL_MODELS, ModelSpec
+from real.models.zoo_cnn import CNN_MODELS
+from real.models.zoo_transformers import TRANSFORMER_MODELS
 
-MODELS: dict[str, ModelSpec] = {**SMALL_MODELS, **LARGE_MODELS}
+MODELS: dict[str, ModelSpec] = {**SMALL_MODELS, **CNN_MODELS, **TRANSFORMER_MODELS}
 """name -> spec; the CPU-sized models run in the harness, the large ones (``cpu_sized=False``)
 are built on the meta device to derive their tables."""
 

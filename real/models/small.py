@@ -21,7 +21,7 @@ class ModelSpec:
     info: dict[str, Any] | None = None
     zoo: dict[str, Any] | None = None
     """The zoo entry's metadata (description, source, default_batch_size, optimizer, published
-    totals with their source) that ``scripts/derive_layer_tables.py`` writes to ``<name>.yaml``."""
+    totals with their source) that ``real.zoo_tables`` writes to ``<name>.yaml``."""
 
 
 # -- the seeds' regression MLP: y = exp(x), 1 -> 16 -> 32 -> 1 -----------------------------
@@ -111,16 +111,17 @@ class CausalSelfAttention(SelfAttention):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block (GPT-2 layout): attention and a 4x MLP, each residual."""
+    """Pre-norm transformer block (GPT-2 layout): attention and an MLP (4x wide by default), each residual."""
 
-    def __init__(self, d_model: int, heads: int):
+    def __init__(self, d_model: int, heads: int, ffn: int | None = None):
         super().__init__()
+        ffn = ffn or 4 * d_model
         self.ln1 = nn.LayerNorm(d_model)
         self.attn = CausalSelfAttention(d_model, heads)
         self.ln2 = nn.LayerNorm(d_model)
-        self.fc = nn.Linear(d_model, 4 * d_model)
+        self.fc = nn.Linear(d_model, ffn)
         self.act = nn.GELU()
-        self.out = nn.Linear(4 * d_model, d_model)
+        self.out = nn.Linear(ffn, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))

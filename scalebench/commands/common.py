@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from sim.config import read_yaml
+from sim.config import read_yaml, resolve_paths
 
 # flag -> (section, key, type)
 SCENARIO_FLAGS: dict[str, tuple[str, str, Any]] = {
@@ -55,7 +55,12 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
 def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -> dict[str, Any]:
     from sim.errors import ConfigError
 
-    spec = read_yaml(args.config) if args.config else {k: dict(v) if isinstance(v, dict) else v for k, v in default.items()}
+    if args.config:
+        from pathlib import Path
+
+        spec = resolve_paths(read_yaml(args.config), Path(args.config).parent)
+    else:
+        spec = {k: dict(v) if isinstance(v, dict) else v for k, v in default.items()}
     if not isinstance(spec, dict):
         raise ConfigError(str(args.config), "an empty file" if spec is None else type(spec).__name__, "a YAML mapping")
     for flag, (section, key, _) in SCENARIO_FLAGS.items():

@@ -1,0 +1,129 @@
+"""The zoo's transformers: published dimensions, each with its source, and the metadata that
+``real.derive`` writes to sim/data/workloads/<name>.yaml. The simulator builds their tables in
+closed form from the ``architecture`` section (sim.transformer), at any ``workload.seq_len``;
+the torch definitions (real.models.transformers) are the check."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from torch import nn
+
+from real.models.small import ModelSpec, transformer_fwd_flops
+from real.models.transformers import build_transformer_model, transformer_batch
+from sim.transformer import Architecture, architecture_from_dict
+
+FLOP_CONVENTION = "2 FLOPs per multiply-accumulate; torch's FlopCounterMode counts matmuls and convolutions only"
+KAPLAN = ("FLOPs per sequence: Kaplan et al. 2020 (arXiv:2001.08361) Table 1, 2N + 4 n_layer n_ctx d (QK^T and AV in "
+          "full) + 2 d n_vocab per token")
+ADAM = "Adam, as the model's authors trained it"
+DEVLIN = "Devlin et al. 2019 (arXiv:1810.04805)"
+RADFORD = "Radford et al. 2019, Language Models are Unsupervised Multitask Learners"
+GPT2_DIMS = RADFORD + " Table 2 (layers, d_model); heads and context from the released hparams.json (n_head, n_ctx)"
+LLAMA_DIMS = ("Touvron et al. 2023, Llama 2 (arXiv:2307.09288) Table 1 (context 4k, grouped-query attention for 70B); "
+              "dimensions as Llama 1 (arXiv:2302.13971) Table 2; SwiGLU width from facebookresearch/llama "
+              "llama/model.py FeedForward (multiple_of 256; 70B: ffn_dim_multiplier 1.3, multiple_of 4096, n_kv_heads 8, "
+              "its params.json) = intermediate_size 11008 / 13824 / 28672 of the Hugging Face configs; vocab 32000")
+GPT2_BATCH = ("our choice, {batch} sequence(s) of 1024: fp32 Adam (16 B per parameter) and every layer's output fit a "
+              "32 GB V100 by sim/memory.py's accounting; Radford et al. 2019 used 512 sequences per step")
+LLAMA_BATCH = ("one 4096-token sequence per GPU (our choice); Touvron et al. 2023 section 2.2: 4M tokens per step. "
+               "fp32 or mixed-precision Adam keeps 16 B per parameter, so every size needs tensor or pipeline "
+               "parallelism (or ZeRO sharding, which the simulator does not model)")
+
+
+def _arch(**dims: Any) -> Architecture:
+    return architecture_from_dict(dims, where="zoo")
+
+
+def _spec(arch: Architecture, *, description: str, source: str, batch: int, batch_note: str, params: int,
+          params_source: str, extra_per_token: int = 0) -> ModelSpec:
+    published: dict[str, Any] = {"params": params}
+    if arch.family != "llama":
+        flops = transformer_fwd_flops(layers=arch.layers, seq=arch.seq_len, d_model=arch.hidden, vocab=arch.vocab,
+                                      extra_per_token=extra_per_token)
+        published["fwd_gflops_per_sample"] = round(flops / 1e9, 3)
+        params_source += "; " + KAPLAN + (" + the MLM transform 2 d^2" if extra_per_token else "")
+    published["source"] = params_source
+    zoo = {"description": description, "source": source, "default_batch_size": batch,
+           "default_batch_size_source": batch_note, "optimizer": "adam", "optimizer_source": ADAM,
+           "flop_convention": FLOP_CONVENTION, "published": published, "architecture": arch.as_dict()}
+    return ModelSpec(partial(build_transformer_model, arch), transformer_batch(arch), nn.CrossEntropyLoss,
+                     cpu_sized=False, info=arch.as_dict(), zoo=zoo)
+
+
+BERT_BASE = _arch(family="bert", layers=12, hidden=768, heads=12, seq_len=512, vocab=30522, max_positions=512)
+BERT_LARGE = _arch(family="bert", layers=24, hidden=1024, heads=16, seq_len=512, vocab=30522, max_positions=512)
+GPT2 = {name: _arch(family="gpt2", layers=layers, hidden=hidden, heads=heads, seq_len=1024, vocab=50257, max_positions=1024)
+        for name, layers, hidden, heads in (("small", 12, 768, 12), ("medium", 24, 1024, 16), ("large", 36, 1280, 20),
+                                            ("xl", 48, 1600, 25))}
+LLAMA2 = {
+    "7b": _arch(family="llama", layers=32, hidden=4096, heads=32, seq_len=4096, vocab=32000),
+    "13b": _arch(family="llama", layers=40, hidden=5120, heads=40, seq_len=4096, vocab=32000),
+    "70b": _arch(family="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, seq_len=4096, vocab=32000),
+}
+GPT2_PUBLISHED = {  # Radford et al. 2019 Table 2; KerasHub presets (head tied to the token embedding)
+    "small": (124_439_808, "Table 2: 117M; KerasHub preset gpt2_base_en: 124439808"),
+    "medium": (354_823_168, "Table 2: 345M; KerasHub preset gpt2_medium_en: 354823168"),
+    "large": (774_030_080, "Table 2: 762M; KerasHub preset gpt2_large_en: 774030080"),
+    "xl": (1_557_611_200, "Table 2: 1542M; KerasHub preset gpt2_extra_large_en: 1557611200"),
+}
+GPT2_BATCHES = {"small": 8, "medium": 8, "large": 4, "xl": 1}
+GPT2_XL_BATCH_NOTE = (
+    "one 1024-token sequence, and only with activation checkpointing (which the simulator does not model: recomputation "
+    "costs about one more forward): fp32 Adam keeps 16 B per parameter = 24.9 GB of a 32 GB V100; one sequence saves "
+    "about 15 GB of activations without recomputation (per block ~80 M elements: the 25x1024x1024 softmax output and "
+    "its dropout, 52 M, plus Q, K, V and the 6400-wide MLP input and GELU output), about 1 GB with per-block "
+    "checkpointing (block inputs 48 x 1024 x 1600, one block recomputed, the logits; our estimate). Megatron-LM's "
+    "single-GPU baseline (Shoeybi et al. 2019) is a 1.2B GPT-2 on a 32 GB V100 with mixed precision and checkpointing")
+LLAMA2_PUBLISHED = {  # the released checkpoints' totals (meta-llama/Llama-2-*-hf)
+    "7b": 6_738_415_616, "13b": 13_015_864_320, "70b": 68_976_648_192,
+}
+
+TRANSFORMER_MODELS: dict[str, ModelSpec] = {
+    "bert_base": _spec(
+        BERT_BASE,
+        description="BERT-base (12 layers, d 768, 12 heads), masked-LM pretraining at sequence length 512 "
+                    "(workload.seq_len sets another); no pooler or next-sentence head",
+        source=DEVLIN, batch=16,
+        batch_note="Devlin et al. 2019 appendix A.2: BERT-base trained with 256 sequences per step on 4 Cloud TPUs "
+                   "(16 TPU chips): 16 per chip",
+        params=110_000_000,
+        params_source="Devlin et al. 2019 section 3: 110M (KerasHub preset bert_base_en_uncased: 109482240 with the "
+                      "pooler, 590592, which this model lacks; it has the MLM transform and decoder bias, 622650)",
+        extra_per_token=2 * BERT_BASE.hidden**2,
+    ),
+    "bert_large": _spec(
+        BERT_LARGE,
+        description="BERT-large (24 layers, d 1024, 16 heads), masked-LM pretraining at sequence length 512 "
+                    "(workload.seq_len sets another); no pooler or next-sentence head",
+        source=DEVLIN, batch=8,
+        batch_note="fits a 32 GB V100 in fp32 training (our estimate, not a measurement): Adam keeps 16 B per "
+                   "parameter (weights, gradients, two moments) = 5.4 GB; one 512-token sequence saves about "
+                   "1.9 GB of activations (per layer ~18 M elements: Q, K, V, the 16x512x512 softmax output and "
+                   "its dropout, the 4096-wide MLP input and GELU output; plus 512 x 30522 logits), so 8 sequences "
+                   "need about 21 GB and 12 about 29 GB. Devlin et al. used 256 sequences per step on TPUs",
+        params=335_141_888,
+        params_source="Devlin et al. 2019: 340M; KerasHub preset bert_large_en_uncased: 335141888 (with the "
+                      "pooler, 1049600, which this model lacks; it has the MLM transform and decoder bias, 1082170)",
+        extra_per_token=2 * BERT_LARGE.hidden**2,
+    ),
+    **{f"gpt2_{size}": _spec(
+        arch,
+        description=f"GPT-2 {'XL' if size == 'xl' else size} ({arch.layers} layers, d {arch.hidden}, {arch.heads} heads, context 1024, "
+                    "vocab 50257), language-model training (workload.seq_len up to 1024)",
+        source=GPT2_DIMS, batch=GPT2_BATCHES[size],
+        batch_note=GPT2_XL_BATCH_NOTE if size == "xl" else GPT2_BATCH.format(batch=GPT2_BATCHES[size]),
+        params=GPT2_PUBLISHED[size][0], params_source=RADFORD + " " + GPT2_PUBLISHED[size][1],
+    ) for size, arch in GPT2.items()},
+    **{f"llama2_{size}": _spec(
+        arch,
+        description=f"Llama 2 {size.upper()} ({arch.layers} layers, d {arch.hidden}, {arch.heads} heads"
+                    + (f", {arch.kv_heads} key/value heads" if arch.kv_heads != arch.heads else "")
+                    + f", SwiGLU {arch.ffn_hidden}, context 4096, vocab 32000), language-model training",
+        source=LLAMA_DIMS, batch=1, batch_note=LLAMA_BATCH,
+        params=LLAMA2_PUBLISHED[size],
+        params_source=f"Touvron et al. 2023: {size.upper()}; the released checkpoint meta-llama/Llama-2-{size}-hf "
+                      f"holds {LLAMA2_PUBLISHED[size]} parameters (untied output head)",
+    ) for size, arch in LLAMA2.items()},
+}
