@@ -60,6 +60,8 @@ class Derived:
     """Names a trace may use for a row's module -> row index: the profiler's ``nn.Module:``
     label (``Linear_3``: class name and per-class index in first-call order, as torch.profiler
     numbers modules with with_stack=True) and the module's qualified name (for record_function)."""
+    root: str = ""
+    """The profiler's label of the model itself (its first module called)."""
 
 
 def _numel(value) -> int:
@@ -203,7 +205,7 @@ def derive(model: nn.Module, batch_of: BatchOf, name: str, batch: int = COUNT_BA
             activation_elems=(elems - elems_one) // (batch - 1),
         ))
     _check_totals(name, rows, model, fwd_total // batch, bwd_total // batch)
-    return Derived(rows, modules)
+    return Derived(rows, modules, labels[trace.first_calls[0]])
 
 
 def _check_totals(name: str, rows: list[Row], model: nn.Module, fwd: int, bwd: int) -> None:
