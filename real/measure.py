@@ -40,15 +40,42 @@ def job_for(spec: dict[str, Any], options, iterations: int, warmup: int, *, min_
 
 def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_s: float = 60,
                   link: str | None = None, topology: str = "shared", min_time_s: float = 0.0,
-                  max_iterations: int = 0) -> dict:
+                  max_iterations: int = 0, trace_path: str | None = None) -> dict:
     """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row.
 
     Each timed phase runs at least ``iterations`` repetitions and, with ``min_time_s``, as many
-    more as fill that time (at most ``max_iterations``; real/timing.py)."""
+    more as fill that time (at most ``max_iterations``; real/timing.py). With ``trace_path``, one
+    more iteration is recorded phase by phase and written there as a timeline (sim/trace.py's
+    format, real/phases.py)."""
     scenario, options, raw = run_spec(spec, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
                                       link=link, topology=topology, min_time_s=min_time_s,
-                                      max_iterations=max_iterations)
-    return row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
+                                      max_iterations=max_iterations, trace=trace_path is not None)
+    row = row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
+    if trace_path is not None:
+        from scalebench.fileio import atomic_write_json
+
+        atomic_write_json(trace_path, measured_trace(scenario, options, raw, row))
+    return row
+
+
+def measured_trace(scenario, options, raw: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The recorded iteration of every rank as a timeline (sim.trace.trace_document's format)."""
+    from sim.trace import trace_document
+
+    processes, flows = [], []
+    for rank, data in enumerate(raw["ranks"]):
+        traced = data.get("trace") or {}
+        spans = traced.get("spans", [])
+        processes.append((rank + 1, f"rank {rank}", spans))
+        flows += [(rank + 1, s["args"]["ready_ms"] * 1e-3, rank + 1, s["start_s"], s["name"])
+                  for s in spans if s["lane"] == "comm" and "ready_ms" in s.get("args", {})]
+    longest = max((r.get("trace", {}).get("iteration_s", 0.0) for r in raw["ranks"]), default=0.0)
+    other = {"source": "real", "scenario": scenario.name, "iteration_time_s": longest, "world_size": len(raw["ranks"]),
+             "strategy": options.strategy, "backend": options.backend, "mean_iteration_time_s": row["iteration_time_s"],
+             "limits": "one iteration after the timed ones, every rank's phases on its own clock from a common "
+                       "barrier (offset by the barrier's skew); bucket starts inferred (one collective at a time); "
+                       "see real/phases.py"}
+    return trace_document(scenario.name, processes, flows, other)
 
 
 def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, warmup: int, link: str | None,
@@ -93,7 +120,7 @@ def check_run_options(*, iterations: Any, warmup: Any, timeout_s: Any, link: Any
 
 def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link: str | None = None,
              topology: str = "shared", min_time_s: float = 0.0,
-             max_iterations: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+             max_iterations: int = 0, trace: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """Validate, launch and return (scenario, options, rank 0's gathered per-rank data)."""
     check_run_options(iterations=iterations, warmup=warmup, timeout_s=timeout_s, link=link, topology=topology,
                       min_time_s=min_time_s, max_iterations=max_iterations)
@@ -103,6 +130,10 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
     job = job_for(spec, options, iterations, warmup, min_time_s=min_time_s, max_iterations=max_iterations)
     job["link"], job["topology"] = link, topology
+    if trace:
+        if options.strategy == "ps_async":
+            raise ConfigError("--trace", "ps_async", "a synchronous strategy (ddp, ps_sync, pipeline)")
+        job["trace"] = True
     deadline_s = timeout_s * 3 + 30 + 4 * min_time_s  # four timed phases, each at least min_time_s
     from real.launch import launch
 

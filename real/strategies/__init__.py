@@ -4,7 +4,8 @@ Phases on every rank (each timed iteration starts after a barrier, which is not 
 1. baseline: rank 0 alone runs the compute-only iteration (the others wait in a barrier): T1;
 2. compute-only: all ranks at once run the same iteration without communication (co-located
    ranks share the cores exactly as in the real run);
-3. the strategy's real iteration, warm-up excluded;
+3. the strategy's real iteration, warm-up excluded (then, with the job's ``trace``, one more
+   iteration recorded phase by phase: real/phases.py);
 4. communication-only: the strategy's gradient reduction replayed without compute (DDP buckets).
 Per-rank lists of seconds go to rank 0, which keeps, per iteration, the slowest rank.
 """
@@ -84,6 +85,11 @@ def run_training(ctx) -> dict[str, Any]:
     out["iteration"] = times
     out["iteration_cpu"] = cpu_times
     out["losses"] = losses
+    if job.get("trace"):
+        from real.phases import traced_iteration
+
+        x, y = batches[0]
+        out["trace"] = traced_iteration(ctx, trainer, x, y, job.get("backend", "gloo"), options.strategy)
     if hasattr(trainer, "bucket_sizes_bytes"):
         sizes = trainer.bucket_sizes_bytes()
         out["bucket_bytes"] = sizes

@@ -85,7 +85,18 @@ def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -
         if not isinstance(strategy, dict):
             raise ConfigError("strategy", strategy, "a mapping (--no-overlap sets strategy.overlap in it)")
         strategy["overlap"] = args.overlap
+    if not args.config:  # the default scenario is named after what the flags made of it
+        spec["name"] = default_name(spec)
     return spec
+
+
+def default_name(spec: dict[str, Any]) -> str:
+    """``<model>-<gpus>x<gpu>-<link>`` (the inter-node link when there is more than one node)."""
+    w, c = spec.get("workload") or {}, spec.get("cluster") or {}
+    model = w.get("model", "layers") if isinstance(w, dict) else str(w)
+    gpus, per_node = c.get("gpus", c.get("nodes", 1)), c.get("gpus_per_node", 1)
+    link = c.get("inter_link") if isinstance(gpus, int) and isinstance(per_node, int) and gpus > per_node else c.get("intra_link")
+    return "-".join(str(p) for p in (model, f"{gpus}x{c.get('gpu', 'v100')}", link) if p)
 
 
 def format_rows(rows: list[dict[str, Any]], fmt: str) -> str:

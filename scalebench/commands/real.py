@@ -50,6 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--collectives", nargs="+", help="with --comm: which collectives (default: all)")
     g.add_argument("--max-bytes", type=int, default=64 * 2**20, help="with --comm: largest message")
     g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
+    g.add_argument("--trace", metavar="FILE.json", help="also record one iteration's phases on every rank and write "
+                   "them as a Chrome/Perfetto timeline (the format of simulate --trace)")
 
 
 REAL_FLAGS = ("real_strategy", "compression", "backend", "lr", "threads", "microbatches", "schedule")
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
         check_measured_labels(spec)
         row = measure_point(spec, iterations=args.iterations, warmup=args.warmup,
-                            timeout_s=args.timeout, link=args.link, topology=args.topology)
+                            timeout_s=args.timeout, link=args.link, topology=args.topology, trace_path=args.trace)
     except RunFailed as err:
         import sys
 

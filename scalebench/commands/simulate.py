@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         write_out(format_rows([row], args.format))
     if args.trace:
-        atomic_write_json(args.trace, chrome_trace(result, title=scenario.name))
+        atomic_write_json(args.trace, chrome_trace(result, scenario))
     return 0
 
 
