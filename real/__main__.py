@@ -1,10 +1,10 @@
 """``python -m real``: the entry point torchrun starts on every machine of a multi-machine run.
 
     torchrun --nnodes 2 --nproc-per-node 4 --rdzv-backend c10d --rdzv-endpoint HOST:29500 \\
-        -m real --workload small_cnn --strategy ddp --backend nccl --out results/real/run.csv
+        -m real --model small_cnn --strategy ddp --backend nccl --out results/real/run.csv
 
 Takes the flags of ``scalebench real``; the world size and ranks per node come from torchrun's
-environment (WORLD_SIZE, LOCAL_WORLD_SIZE), not from --nproc. Rank 0 prints the row and writes
+environment (WORLD_SIZE, LOCAL_WORLD_SIZE), not from --gpus. Rank 0 prints the row and writes
 --out. Bad arguments: one line, exit 2, on every rank before any rank joins the group.
 """
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         print("python -m real: error: RANK/WORLD_SIZE not set: start it with torchrun "
-              "(on one machine, `scalebench real --nproc N` launches the ranks itself)", file=sys.stderr)
+              "(on one machine, `scalebench real --gpus N` launches the ranks itself)", file=sys.stderr)
         return 2
     world, local_world = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
     rank = int(os.environ["RANK"])

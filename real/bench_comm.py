@@ -164,9 +164,9 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
     from real.results import environment_columns
     from sim.errors import ConfigError, require_positive
 
-    require_positive("--nproc", nproc, integer=True)
+    require_positive("--gpus", nproc, integer=True)
     if nproc < 2:
-        raise ConfigError("--nproc", nproc, "at least 2 ranks for a collective benchmark")
+        raise ConfigError("--gpus", nproc, "at least 2 ranks for a collective benchmark")
     for name in collectives:
         if name not in COLLECTIVES:
             raise ConfigError("--collectives", name, COLLECTIVES)

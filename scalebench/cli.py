@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("scalebench.commands.calibrate", "measure this machine and write a calibration the simulator loads"),
     "real": ("scalebench.commands.real", "run a scenario for real with torch.distributed (gloo/NCCL) and measure it"),
     "validate": ("scalebench.commands.validate", "measure a sweep for real, predict it calibrated, report the error"),
+    "list": ("scalebench.commands.listing", "list models, gpus, links or codecs with their figures and sources"),
     "layers": ("scalebench.commands.layers", "derive the layer table of your own torch model (MODULE:CALLABLE) for layers_file"),
 }
 
@@ -35,12 +36,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="scalebench", description="Simulate and measure how distributed deep-learning training scales.")
+    parser = _Parser(prog="scalebench", description="Simulate and measure how distributed deep-learning training scales.",
+                     allow_abbrev=False)  # one spelling per flag: --gpu is not --gpus
     parser.add_argument("--version", action="version", version=f"scalebench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.set_defaults(_module=module)
         # Argument definitions are cheap modules; heavy imports happen inside run().
         importlib.import_module(module).add_arguments(p)
@@ -60,7 +62,10 @@ EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage error already printed on one line
+        return done.code if isinstance(done.code, int) else EXIT_OK
     try:
         module = importlib.import_module(args._module)
         return int(module.run(args) or 0)

@@ -184,16 +184,19 @@ def _workers_alive() -> bool:
 
 
 @pytest.mark.parametrize("argv", [
-    ["--nproc", "0"],
-    ["--workload", "resnet50"],
-    ["--strategy", "pipeline", "--workload", "mlp", "--nproc", "8", "--microbatches", "1"],
+    ["--gpus", "0"],
+    ["--model", "resnet50"],
+    ["--strategy", "pipeline", "--model", "mlp", "--gpus", "8", "--micro-batches", "1"],
     ["--strategy", "nonsense"],
-    ["--compression", "fp9"],
+    ["--codec", "fp9"],
     ["--backend", "mpi"],
     ["--link", "fast"],
-    ["--backend", "nccl", "--strategy", "ps_sync", "--nproc", "3"],
-    ["--backend", "nccl", "--nproc", "64"],  # more local ranks than CUDA devices (none on CI)
+    ["--backend", "nccl", "--strategy", "ps_sync", "--gpus", "3"],
+    ["--backend", "nccl", "--gpus", "64"],  # more local ranks than CUDA devices (none on CI)
     ["--topology", "ring"],
+    ["--max-bytes", "12MB"],
+    ["--gpu", "h100"],  # simulate's flag: a measurement here is this machine's
+    ["--nproc", "2"],  # one spelling per flag: --gpus
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, capsys):
     from scalebench.cli import main

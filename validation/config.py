@@ -15,6 +15,7 @@ from typing import Any
 
 from sim.config import read_yaml
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.units import parse_bytes
 
 CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibration", "network",
                "batch_sizes", "defaults", "sweeps")
@@ -223,6 +224,10 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
         raise ConfigError("measure.step_profiles", step_profiles, "true or false")
     calibration = _section(spec, "calibration", CALIBRATION_KEYS)
     network = _section(spec, "network", NETWORK_KEYS)
+    for section, where in ((calibration, "calibration"), (network, "network")):
+        for key in ("min_bytes", "max_bytes"):
+            if key in section:  # 4M, 1G or a number: sim.units.parse_bytes, the one size parser
+                section[key] = parse_bytes(f"{where}.{key}", section[key])
     for key in ("step_rounds", "comm_rounds", "iterations"):
         if key in calibration:
             require_positive(f"calibration.{key}", calibration[key], integer=True)

@@ -18,12 +18,16 @@ DEFAULT_GPUS = (64, 1024, 16384)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="resnet50")
-    parser.add_argument("--gpus", type=int, nargs="+", default=list(DEFAULT_GPUS))
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--collective", default="ring")
+    parser.add_argument("--model", default="resnet50", metavar="NAME",
+                        help="a zoo model (`scalebench list models`; default resnet50)")
+    parser.add_argument("--gpus", type=int, nargs="+", default=list(DEFAULT_GPUS), metavar="N",
+                        help=f"world sizes to time (default {' '.join(map(str, DEFAULT_GPUS))})")
+    parser.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
+    parser.add_argument("--collective", default="ring", metavar="NAME",
+                        help="gradient reduction: ring, tree, hierarchical, ps (default ring)")
     parser.add_argument("--repeats", type=int, default=5, help="runs per point; the median is shown")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default), csv or json")
     parser.add_argument("--async-workers", type=int, default=1024,
                         help="workers of the asynchronous PS run (one SimPy process each); 0 skips it")
     parser.add_argument("--async-iterations", type=int, default=100, help="steps per asynchronous worker")

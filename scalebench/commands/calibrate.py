@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from scalebench.commands.common import write_out
+from scalebench.commands.common import byte_size, write_out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,9 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", type=int, nargs="+", default=[2], help="world sizes of the collective benchmarks")
     parser.add_argument("--links", nargs="+", default=["loopback"],
                         help="link settings: loopback (unshaped) and/or 100mbit, 1gbit, 10gbit (needs root and tc)")
-    parser.add_argument("--max-bytes", type=int, default=64 * 2**20)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--max-bytes", type=byte_size, default=64 * 2**20, metavar="SIZE",
+                        help="largest collective message, e.g. 256M or 1G (default 64M)")
+    parser.add_argument("--iterations", type=int, default=10, metavar="N", help="timed repetitions per measurement (default 10)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="seconds without progress before a launch is stopped (default 60)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank, the same for every k")
     parser.add_argument("--step-rounds", type=int, default=3,
                         help="separate launches of the whole-step profile per (model, k); the median one is kept")

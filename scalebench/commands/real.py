@@ -1,6 +1,6 @@
 """scalebench real: run a scenario for real with torch.distributed and print or save its row.
 
-``scalebench real --nproc 2 --workload small_cnn --strategy ddp`` (gloo on this machine);
+``scalebench real --gpus 2 --model small_cnn --strategy ddp`` (gloo on this machine);
 ``--comm`` runs the nccl-tests-style collective microbenchmarks instead; ``--bench`` the
 harness' own benchmark (busbw vs memcpy, shaped link, harness vs a bare loop).
 """
@@ -27,47 +27,53 @@ DEFAULT_OUT_DIR = "results/real"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_scenario_arguments(parser)
+    from real.config import BACKENDS, LINKS, REAL_STRATEGIES, TOPOLOGIES
+    from scalebench.commands.common import SCENARIO_FLAGS, byte_size
+
+    add_scenario_arguments(parser, "real")
     g = parser.add_argument_group("real harness")
-    g.add_argument("--nproc", dest="gpus", type=int, help="ranks on this machine (= --gpus)")
-    g.add_argument("--workload", dest="model", help="a CPU-sized zoo model (= --model)")
-    g.add_argument("--strategy", dest="real_strategy", help="ddp | ps_sync | ps_async | pipeline")
-    g.add_argument("--compression", help="none | fp16 | bf16 | fp8_e4m3 | fp8_e5m2 | int8")
-    g.add_argument("--backend", help="gloo (CPU) | nccl (one CUDA device per local rank)")
-    g.add_argument("--lr", type=float)
-    g.add_argument("--threads", type=int, help="torch threads per rank (default: cores / ranks)")
-    g.add_argument("--microbatches", type=int, help="pipeline micro-batches")
-    # --schedule comes from the scenario flags (strategy.schedule); spec_from_args copies it to real.schedule
-    g.add_argument("--link", help="emulate a link in a network namespace: 100mbit | 1gbit | 10gbit")
-    g.add_argument("--topology", default="shared", help="shared (one tbf for all flows) | per_link (htb per connection)")
-    g.add_argument("--iterations", type=int, default=20)
-    g.add_argument("--warmup", type=int, default=3)
-    g.add_argument("--timeout", type=float, default=60.0, help="seconds without progress before a run is stopped")
-    g.add_argument("--out", help="write the row(s) to this CSV or JSON file (atomically); training rows go to "
-                   "results/real/<model>-<strategy>-<n>-<id>.csv unless given")
-    g.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    g.add_argument("--comm", action="store_true", help="collective microbenchmarks instead of training")
-    g.add_argument("--collectives", nargs="+", help="with --comm: which collectives (default: all)")
-    g.add_argument("--max-bytes", type=int, default=64 * 2**20, help="with --comm: largest message")
-    g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
+    g.add_argument("--strategy", dest="real_strategy", metavar="NAME",
+                   help=f"the harness' trainer: {', '.join(REAL_STRATEGIES)} (default: what --collective, --ps-mode "
+                        "and --pp imply: ddp, ps_sync or ps_async, pipeline)")
+    if "real" not in SCENARIO_FLAGS.get("backend", ("", "", str, "", ()))[-1]:  # unless the scenario's serves both
+        g.add_argument("--backend", metavar="NAME", help=f"process-group backend: {', '.join(BACKENDS)} "
+                       "(gloo on CPU, the default; nccl: one CUDA device per local rank)")
+    g.add_argument("--lr", type=float, metavar="FLOAT", help="learning rate (default 0.01)")
+    g.add_argument("--threads", type=int, metavar="INT", help="torch threads per rank (default: cores / ranks)")
+    g.add_argument("--link", metavar="RATE", help=f"emulate a link in a network namespace (root, tc): {', '.join(LINKS)} "
+                   "or any <number>mbit|gbit; default: loopback, unshaped")
+    g.add_argument("--topology", default="shared", choices=TOPOLOGIES,
+                   help="with --link: shared (one tbf for all flows, default) or per_link (htb per connection)")
+    g.add_argument("--iterations", type=int, default=20, metavar="N", help="timed iterations per phase (default 20)")
+    g.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed iterations first (default 3)")
+    g.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds without progress before a run is stopped (default 60)")
+    g.add_argument("--out", metavar="FILE", help="write the row(s) to this CSV or JSON file (atomically); training rows "
+                   "go to results/real/<model>-<strategy>-<n>-<id>.csv unless given")
+    g.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   help="table (default), csv or json on standard output")
     g.add_argument("--trace", metavar="FILE.json", help="also record one iteration's phases on every rank and write "
                    "them as a Chrome/Perfetto timeline (the format of simulate --trace)")
+    g.add_argument("--comm", action="store_true", help="collective microbenchmarks (nccl-tests style) instead of training")
+    g.add_argument("--collectives", nargs="+", metavar="NAME",
+                   help="with --comm: which collectives (default: all of real/bench_comm.py's COLLECTIVES)")
+    g.add_argument("--max-bytes", type=byte_size, default=64 * 2**20, metavar="SIZE",
+                   help="with --comm: largest message, e.g. 256M or 1G (default 64M)")
+    g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
 
 
-REAL_FLAGS = ("real_strategy", "compression", "backend", "lr", "threads", "microbatches", "schedule")
+REAL_FLAGS = ("real_strategy", "backend", "lr", "threads")
+"""Flags that go to the spec's real: section (the harness' options); --schedule, --micro-batches and
+--codec are the scenario's and reach the harness through it (real.config.defaults_from_strategy)."""
 
 
 def spec_from_args(args: argparse.Namespace) -> dict:
     spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
     real = spec.setdefault("real", {})
     for flag in REAL_FLAGS:
-        value = getattr(args, flag)
+        value = getattr(args, flag, None)
         if value is not None:
             real["strategy" if flag == "real_strategy" else flag] = value
-    if args.catalog:
-        from sim.config import read_yaml
-
-        spec["catalog"] = read_yaml(args.catalog, what="catalog")
     return spec
 
 
@@ -117,7 +123,7 @@ def _run_comm(args: argparse.Namespace) -> int:
     from real.bench_comm import COLLECTIVES, format_comm_table, measure_collectives
     from sim.errors import require_positive
 
-    nproc = require_positive("--nproc", args.gpus if args.gpus is not None else 2, integer=True)
+    nproc = require_positive("--gpus", args.gpus if args.gpus is not None else 2, integer=True)
     names = args.collectives or list(COLLECTIVES)
     rows = measure_collectives(nproc, names, max_bytes=args.max_bytes, backend=args.backend or "gloo",
                                iterations=args.iterations, warmup=args.warmup, timeout_s=args.timeout,

@@ -12,7 +12,8 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="?", help="a results directory written by `scalebench run`")
-    parser.add_argument("--format", choices=("html", "md"), default="html")
+    parser.add_argument("--format", choices=("html", "md"), default="html",
+                        help="html (default: one self-contained page, plots embedded) or md (markdown)")
     parser.add_argument("--out", help="output file (default: report.html / report.md in the results directory)")
     parser.add_argument("--claims", action="store_true", help="print the seeds' claims table from the results root")
     parser.add_argument("--results-root", default="results", help="with --claims: where the experiments' results are")

@@ -20,18 +20,19 @@ DEFAULT_SCENARIO = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_scenario_arguments(parser)
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    parser.add_argument("--trace", metavar="FILE.json", help="write a Chrome/Perfetto timeline of the iteration")
-    parser.add_argument("--backend", help="collective library: nccl, gloo, mpi (default: nccl on GPUs, gloo on CPUs)")
-    parser.add_argument("--single-gpu-samples-per-s", type=float,
+    add_scenario_arguments(parser, "simulate")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default: the breakdown for people), csv or json (the result row)")
+    parser.add_argument("--trace", metavar="FILE.json",
+                        help="write a Chrome/Perfetto timeline of the iteration (sim/trace.py's format)")
+    parser.add_argument("--single-gpu-samples-per-s", type=float, metavar="FLOAT",
                         help="calibrate compute to one measured GPU: its samples/s (scales every layer's roofline time)")
-    parser.add_argument("--single-gpu-iteration-time-s", type=float,
+    parser.add_argument("--single-gpu-iteration-time-s", type=float, metavar="SECONDS",
                         help="calibrate compute to one measured GPU: its iteration time in seconds")
-    parser.add_argument("--calibration-batch", type=int,
+    parser.add_argument("--calibration-batch", type=int, metavar="INT",
                         help="the batch the single-GPU figure was measured at (default: the workload's)")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="simulate a run of this many iterations (stragglers, failures, asynchronous PS)")
+    parser.add_argument("--iterations", type=int, default=None, metavar="N",
+                        help="simulate a run of N iterations (stragglers, failures, asynchronous PS) instead of one")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,12 +45,6 @@ def run(args: argparse.Namespace) -> int:
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
     spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
-    if args.backend is not None:
-        if spec.get("strategy") is None:
-            spec["strategy"] = {}
-        if not isinstance(spec["strategy"], dict):
-            raise ConfigError("strategy", spec["strategy"], "a mapping (--backend sets strategy.backend in it)")
-        spec["strategy"]["backend"] = args.backend
     scenario = scenario_from_dict(spec, catalog)
     calibration = _throughput_calibration(args)
     if calibration:
