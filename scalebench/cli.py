@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("scalebench.commands.calibrate", "measure this machine and write a calibration the simulator loads"),
     "real": ("scalebench.commands.real", "run a scenario for real with torch.distributed (gloo/NCCL) and measure it"),
     "validate": ("scalebench.commands.validate", "measure a sweep for real, predict it calibrated, report the error"),
+    "schema": ("scalebench.commands.schema", "print the JSON Schema of the experiment or scenario file (for editors)"),
     "list": ("scalebench.commands.listing", "list models, gpus, links or codecs with their figures and sources"),
     "layers": ("scalebench.commands.layers", "derive the layer table of your own torch model (MODULE:CALLABLE) for layers_file"),
 }

@@ -1,0 +1,149 @@
+"""JSON Schema of the scenario file (``scalebench schema``), generated from what validates it.
+
+The sections and their keys are the parsers' own ``*_KEYS`` tuples, the allowed values their
+registries (COLLECTIVES, PRECISIONS, the catalog, the zoo, ...); FIELD_TYPES below adds only what
+a tuple cannot say: each key's JSON type and bounds. tests/test_schema.py holds the two equal
+(a key added to a parser without a type here, or typed here and unknown to the parser, fails) and
+checks that values the schema allows the parsers accept. An editor given the schema completes
+keys and enum values and flags unknown keys; the parsers stay the judge (cross-field rules such
+as dp x tp x pp = GPUs, or memory, are theirs alone).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCHEMA_URI = "https://json-schema.org/draft/2020-12/schema"
+
+INT_POS = {"type": "integer", "minimum": 1}
+INT_NONNEG = {"type": "integer", "minimum": 0}
+NUM_POS = {"type": "number", "exclusiveMinimum": 0}
+NUM_NONNEG = {"type": "number", "minimum": 0}
+FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+BOOL = {"type": "boolean"}
+STRING = {"type": "string"}
+
+
+def _enum(values) -> dict[str, Any]:
+    return {"enum": list(values)}
+
+
+def field_types() -> dict[str, Any]:
+    """``section.key`` -> JSON Schema of the value (or the name of a section it holds), for every
+    key of the scenario's parsers."""
+    from sim.catalog import COMPUTE_DTYPES, LINK_KINDS, builtin_catalog
+    from sim.codecs import CODEC_PATHS, CODECS
+    from sim.config import FIDELITIES
+    from sim.costs.pipeline import STAGE_BALANCES
+    from sim.costs.staleness import STALENESS_PENALTIES
+    from sim.strategy import (
+        COLLECTIVES,
+        PRECISIONS,
+        PS_MODES,
+        PS_PLACEMENTS,
+        SCHEDULES,
+        STRATEGY_KINDS,
+    )
+    from sim.transformer import FAMILIES
+    from sim.workload import DECODER, LAYER_COLUMNS, OPTIMIZERS, TIME_COLUMNS, zoo_names
+
+    catalog = builtin_catalog()
+    gpu_name = {"type": "string", "examples": sorted(catalog.gpus)}
+    link_name = {"type": "string", "examples": sorted(catalog.links)}
+    row_types: dict[str, Any] = {
+        "layer": STRING, "name": STRING, "kind": STRING, "param_count": INT_NONNEG, "fwd_flops": NUM_NONNEG,
+        "bwd_flops": NUM_NONNEG, "activation_elems": NUM_NONNEG, **{c: NUM_NONNEG for c in TIME_COLUMNS}}
+    assert set(row_types) == {*LAYER_COLUMNS, *TIME_COLUMNS, "name"}
+    layer_row = {"type": "object", "additionalProperties": False, "properties": row_types}
+    return {
+        "workload.model": {"type": "string", "examples": [*zoo_names(), DECODER]},
+        "workload.batch_size": INT_POS,
+        "workload.optimizer": _enum(OPTIMIZERS),
+        "workload.layers": {"type": "array", "minItems": 1, "items": layer_row},
+        "workload.layers_file": STRING,
+        "workload.seq_len": INT_POS,
+        "workload.architecture": "architecture",
+        "architecture.family": _enum(FAMILIES),
+        **{f"architecture.{k}": INT_POS for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab")},
+        "architecture.max_positions": INT_NONNEG,
+        "architecture.tied_embeddings": BOOL,
+        "cluster.gpus": INT_POS, "cluster.nodes": INT_POS, "cluster.gpus_per_node": INT_POS,
+        "cluster.gpu": gpu_name, "cluster.intra_link": link_name, "cluster.inter_link": link_name,
+        "cluster.nics_per_node": INT_POS, "cluster.oversubscription": {"type": "number", "minimum": 1},
+        "strategy.kind": _enum(STRATEGY_KINDS), "strategy.collective": _enum(COLLECTIVES),
+        "strategy.ps_servers": INT_POS, "strategy.bucket_mib": NUM_POS, "strategy.first_bucket_mib": NUM_POS,
+        "strategy.overlap": BOOL, "strategy.precision": _enum(PRECISIONS), "strategy.codec": _enum(CODECS),
+        "strategy.codec_path": _enum(CODEC_PATHS), "strategy.error_feedback": BOOL,
+        **{f"strategy.codec_{k}_ns_per_elem": NUM_NONNEG for k in ("reduce", "encode", "decode")},
+        "strategy.dp": INT_POS, "strategy.tp": INT_POS, "strategy.pp": INT_POS, "strategy.micro_batches": INT_POS,
+        "strategy.schedule": _enum(SCHEDULES), "strategy.stage_balance": _enum(STAGE_BALANCES),
+        "strategy.pipeline_overhead_s": NUM_NONNEG, "strategy.ps_mode": _enum(PS_MODES),
+        "strategy.ps_placement": _enum(PS_PLACEMENTS), "strategy.staleness_penalty": _enum(STALENESS_PENALTIES),
+        "strategy.max_staleness": INT_NONNEG,
+        "simulation.fidelity": _enum(FIDELITIES), "simulation.seed": INT_NONNEG, "simulation.check_memory": BOOL,
+        "heterogeneity.jitter_cv": NUM_NONNEG, "heterogeneity.slow_nodes": INT_NONNEG,
+        "heterogeneity.slow_factor": {"type": "number", "minimum": 1},
+        "heterogeneity.mixed_gpus": {"type": "object", "additionalProperties": INT_POS,
+                                     "propertyNames": {"examples": sorted(catalog.gpus)}},
+        "faults.fail_rank": INT_NONNEG, "faults.fail_at_s": NUM_NONNEG, "faults.checkpoint_interval_s": NUM_POS,
+        "faults.checkpoint_s": NUM_NONNEG, "faults.restart_s": NUM_NONNEG,
+        "gpu.peak_tflops": {"type": "object", "additionalProperties": NUM_POS, "propertyNames": _enum(COMPUTE_DTYPES),
+                            "required": ["fp32"]},
+        "gpu.memory_bandwidth_GBps": NUM_POS, "gpu.memory_GiB": NUM_POS, "gpu.efficiency": FRACTION,
+        "gpu.launch_overhead_us": NUM_NONNEG, "gpu.source": STRING,
+        "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
+        "link.latency_us": NUM_NONNEG, "link.software_latency_us": NUM_NONNEG, "link.efficiency": FRACTION,
+        "link.source": STRING,
+    }
+
+
+def section_keys() -> dict[str, tuple[str, ...]]:
+    """Each section's keys, as its parser knows them."""
+    from sim.catalog import _GPU_KEYS, _LINK_KEYS
+    from sim.cluster import CLUSTER_KEYS
+    from sim.config import SIMULATION_KEYS
+    from sim.faults import FAULT_KEYS, HETEROGENEITY_KEYS
+    from sim.strategy import STRATEGY_KEYS
+    from sim.transformer import ARCHITECTURE_KEYS
+    from sim.workload import WORKLOAD_KEYS
+
+    return {"workload": WORKLOAD_KEYS, "architecture": ARCHITECTURE_KEYS, "cluster": CLUSTER_KEYS,
+            "strategy": STRATEGY_KEYS, "simulation": SIMULATION_KEYS, "heterogeneity": HETEROGENEITY_KEYS,
+            "faults": FAULT_KEYS, "gpu": _GPU_KEYS, "link": _LINK_KEYS}
+
+
+def section_schema(section: str, types: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An object of the section's keys, each with its type; unknown keys are refused, as the parsers do."""
+    types = types or field_types()
+    props = {}
+    for key in section_keys()[section]:
+        value = types[f"{section}.{key}"]
+        props[key] = {"$ref": f"#/$defs/{value}"} if isinstance(value, str) else value
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def scenario_definitions() -> dict[str, Any]:
+    types = field_types()
+    defs = {name: section_schema(name, types) for name in section_keys()}
+    defs["workload"] = {"oneOf": [{"type": "string", "examples": types["workload.model"]["examples"]}, defs["workload"]]}
+    defs["catalog"] = {"type": "object", "additionalProperties": False, "properties": {
+        "gpus": {"type": "object", "additionalProperties": {"$ref": "#/$defs/gpu"}},
+        "links": {"type": "object", "additionalProperties": {"$ref": "#/$defs/link"}}}}
+    return defs
+
+
+def scenario_properties() -> dict[str, Any]:
+    """The top-level keys of a scenario (sim.config.SCENARIO_KEYS), each a reference to its section."""
+    from sim.config import SCENARIO_KEYS
+
+    refs = {"name": STRING, "description": STRING}
+    for key in SCENARIO_KEYS:
+        refs.setdefault(key, {"$ref": f"#/$defs/{key}"})
+    return {key: refs[key] for key in SCENARIO_KEYS}
+
+
+def scenario_schema() -> dict[str, Any]:
+    """The scenario file of ``scalebench simulate`` (and of ``real``, which adds a ``real:`` section)."""
+    return {"$schema": SCHEMA_URI, "title": "scalebench scenario (workload, cluster, strategy, simulation)", "type": "object",
+            "required": ["workload"], "additionalProperties": False, "properties": scenario_properties(),
+            "$defs": scenario_definitions()}
