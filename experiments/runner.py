@@ -46,8 +46,9 @@ def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Execut
             from dask.distributed import Client, LocalCluster
         except ImportError:
             raise ConfigError("--executor", "dask", "process (dask.distributed is not installed: pip install 'dask[distributed]')") from None
-        client = Client(address) if address else Client(LocalCluster(n_workers=jobs, threads_per_worker=1))
-        return client.get_executor()
+        cluster = None if address else LocalCluster(n_workers=jobs, threads_per_worker=1, dashboard_address=None)
+        client = Client(address or cluster)
+        return _DaskExecutor(client, cluster)
     if kind == "ray":
         try:
             import ray
@@ -55,6 +56,24 @@ def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Execut
             raise ConfigError("--executor", "ray", "process (ray is not installed: pip install ray)") from None
         return _RayExecutor(ray, address)
     raise ConfigError("--executor", kind, EXECUTORS)
+
+
+class _DaskExecutor(cf.Executor):
+    """A dask client's executor that also closes the client, and the local cluster it started,
+    when the sweep ends: no worker process outlives the run."""
+
+    def __init__(self, client: Any, cluster: Any):
+        self._client, self._cluster = client, cluster
+        self._executor = client.get_executor()
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._executor.shutdown(wait=wait)
+        self._client.close()
+        if self._cluster is not None:
+            self._cluster.close()
 
 
 def _ignore_sigint() -> None:

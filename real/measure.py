@@ -52,7 +52,7 @@ def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_
                                       max_iterations=max_iterations, trace=trace_path is not None)
     row = row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
     if trace_path is not None:
-        from scalebench.fileio import atomic_write_json
+        from sim.fileio import atomic_write_json
 
         atomic_write_json(trace_path, measured_trace(scenario, options, raw, row))
     return row

@@ -1,9 +1,16 @@
-"""Atomic file writes: a result file is either complete or absent, never half-written."""
+"""Atomic file writes: a result file is either complete or absent, never half-written.
+
+Files get the permissions of any file the user creates (0666 less the umask): tempfile.mkstemp
+makes them 0600, which left every result unreadable to the user's group. JSON is strict
+(RFC 8259): NaN and infinities, which Python's json writes as bare NaN / Infinity tokens that
+other tools reject, become null.
+"""
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable
@@ -24,12 +31,21 @@ def _open_beside(path: Path) -> tuple[int, str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600, opened to what any new file of the user gets
+        return fd, tmp
     except OSError as err:
         if err.errno not in PATH_ERRNOS:
             raise
         raise ConfigError("output", str(path), f"a writable file path ({err.strerror or err}"
                           f"{': ' + str(err.filename) if err.filename and str(err.filename) != str(path) else ''})") from None
+
+
+def _umask() -> int:
+    """The process umask (os.umask can only be read by setting it; it is set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write(path: str | Path, write: Callable[[IO[str]], object]) -> Path:
@@ -52,8 +68,30 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda fh: fh.write(text))
 
 
-def atomic_write_json(path: str | Path, data: Any) -> Path:
-    return atomic_write(path, lambda fh: json.dump(data, fh, indent=1, default=str))
+def strict_json(data: Any) -> Any:
+    """``data`` with every non-finite float (NaN, inf: 'not measured', 'never') replaced by None."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: strict_json(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [strict_json(v) for v in data]
+    if hasattr(data, "item") and callable(data.item) and getattr(data, "shape", None) == ():  # numpy scalars
+        return strict_json(data.item())
+    return data
+
+
+def json_text(data: Any, indent: int | None = 1) -> str:
+    """Strict JSON text of ``data`` (strict_json, then allow_nan=False); other objects as str()."""
+    return json.dumps(strict_json(data), indent=indent, default=str, allow_nan=False)
+
+
+def atomic_write_json(path: str | Path, data: Any, *, strict: bool = True) -> Path:
+    """``strict=False`` only for files our own processes read back as numbers (a rank's result for
+    its launcher, the validation's measurement caches), where NaN means 'not measured'."""
+    if not strict:
+        return atomic_write(path, lambda fh: json.dump(data, fh, indent=1, default=str))
+    return atomic_write(path, lambda fh: fh.write(json_text(data)))
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:

@@ -77,7 +77,7 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print) -> di
     for rnd in range(cfg.rounds):
         if cfg.step_profiles and len(step_rounds) <= rnd and any(_rounds_done(cache.get(p.id, {})) <= rnd for p in todo):
             step_rounds.append(_profile_steps_now(cfg, f" (before round {rnd + 1}/{cfg.rounds})", progress))
-            atomic_write_json(steps_path, {"rounds": step_rounds})
+            atomic_write_json(steps_path, {"rounds": step_rounds}, strict=False)
         for i, point in enumerate(todo):
             entry = cache.get(point.id, {})
             if entry.get("status") == "failed":
@@ -100,8 +100,8 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print) -> di
             else:
                 done = [*done, row]
                 cache[point.id] = {"status": "measured", "row": median_row(done), "rounds": done}
-            atomic_write_json(path, cache)
-    atomic_write_json(path, cache)
+            atomic_write_json(path, cache, strict=False)  # a cache read back here: NaN = not measured
+    atomic_write_json(path, cache, strict=False)
     return cache
 
 
@@ -193,7 +193,7 @@ def network_all(cfg: ValidationConfig, cal, *, remeasure: bool, progress=print) 
     cached = None if remeasure else _load(path).get("rows")
     if cached is None:
         rows = network_rows(cal, cfg.network, timeout_s=cfg.timeout_s, progress=progress)
-        atomic_write_json(path, {"rows": rows})
+        atomic_write_json(path, {"rows": rows}, strict=False)
         return rows
     from validation.calib import calibrated_catalog, held_out_row
 

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalebench.commands.common import require_torch
+
+    require_torch()
     import sys
 
     if args.from_nccl_tests:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import sys
 from typing import Any
 
@@ -87,6 +86,19 @@ def add_scenario_arguments(parser: argparse.ArgumentParser, command: str = "simu
                                              "from scalebench calibrate)")
 
 
+TORCH_EXTRA = "the torch extra: pip install 'scalebench[real]' (in a checkout: pip install -e '.[real]')"
+
+
+def require_torch() -> None:
+    """A one-line error naming the extra to install, for commands that run torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        from sim.errors import ConfigError
+
+        raise ConfigError("torch", "not installed", TORCH_EXTRA) from None
+
+
 def byte_size(text: str) -> int:
     """argparse type of every flag that takes bytes: sim.units.parse_bytes (256M, 1G, 65536)."""
     from sim.errors import ConfigError
@@ -147,7 +159,9 @@ def default_name(spec: dict[str, Any]) -> str:
 
 def format_rows(rows: list[dict[str, Any]], fmt: str) -> str:
     if fmt == "json":
-        return json.dumps(rows, indent=1, default=str) + "\n"
+        from sim.fileio import json_text
+
+        return json_text(rows) + "\n"
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()

@@ -43,12 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalebench.commands.common import require_torch
     from sim.errors import ConfigError
 
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise ConfigError("scalebench layers", "torch not installed", "pip install -e '.[real]' (the torch extra)") from None
+    require_torch()
     if args.zoo:
         return _zoo(args)
     if args.check:
@@ -123,7 +121,7 @@ def _derive(args: argparse.Namespace, target: str) -> int:
     summary = (f"{name}: {len(rows)} layers, {sum(r.param_count for r in rows):,d} parameters, "
                f"{sum(r.fwd_flops for r in rows) / 1e9:.4g} GFLOPs forward per sample")
     if args.out:
-        from scalebench.fileio import atomic_write_text
+        from sim.fileio import atomic_write_text
 
         atomic_write_text(args.out, text)
         print(f"{summary} -> {args.out}")

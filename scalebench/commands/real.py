@@ -78,6 +78,9 @@ def spec_from_args(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalebench.commands.common import require_torch
+
+    require_torch()
     from real.launch import RunFailed
     from real.results import check_row_path
     from sim.fileio import check_writable

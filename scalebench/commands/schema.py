@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         schema = experiment_schema()
     text = json.dumps(schema, indent=1, allow_nan=False) + "\n"
     if args.out:
-        from scalebench.fileio import atomic_write_text
+        from sim.fileio import atomic_write_text
 
         atomic_write_text(args.out, text)
         print(f"{args.kind} schema -> {args.out}")

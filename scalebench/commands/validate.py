@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from scalebench.commands.common import require_torch
+
+    require_torch()  # it measures and calibrates with the harness
     import sys
     from dataclasses import replace
 
