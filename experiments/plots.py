@@ -26,6 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from experiments.plot_style import dodge_factors, label_ends, legend_below, log2_axis  # noqa: E402
 from experiments.store import ResultDir  # noqa: E402
 from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
 from sim.fileio import atomic_write_bytes  # noqa: E402
@@ -92,11 +93,16 @@ def _save(fig, stem: Path) -> list[Path]:
 
 
 def _gpu_axis(ax, values) -> None:
+    """GPU counts on a log-2 axis, ticked and labelled at the counts themselves (1, 2, 4 ...)."""
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
     ax.set_xscale("log", base=2)
     ticks = sorted({int(v) for v in values})
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([str(t) for t in ticks])
-    ax.minorticks_off()
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(ticks) > 1:  # room for the dodged points at both ends
+        ax.set_xlim(ticks[0] / 2**0.25, ticks[-1] * 2**0.25)
     ax.set_xlabel("GPUs (world size, log scale)")
 
 
@@ -105,16 +111,29 @@ def _title(ax, title: str, df: pd.DataFrame, name: str) -> None:
 
 
 def _series_lines(data: pd.DataFrame):
-    """(color, label, line style, rows sorted by GPUs) per series and source: simulated points
-    solid, measured ones dashed and hollow in the same color."""
+    """(color, label, line style, rows sorted by GPUs, x offset factor) per series and source:
+    simulated points solid, measured ones dashed and hollow in the same color; each series spread
+    a little sideways (plot_style.dodge_factors) so that equal series stay visible."""
     series = list(dict.fromkeys(data["series"]))
+    offsets = dodge_factors(len(series))
     for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
         marker = MARKERS[i % len(MARKERS)]
-        for source, style in (("sim", dict(marker=marker, linestyle="-")),
-                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none"))):
+        for source, style in (("sim", dict(marker=marker, linestyle="-", markersize=6, markeredgecolor="white",
+                                           markeredgewidth=0.6)),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none", markersize=7))):
             part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
             if not part.empty:
-                yield color, (s if source == "sim" else f"{s} (measured)"), style, part
+                yield color, (s if source == "sim" else f"{s} (measured)"), style, part, offsets[i]
+
+
+DODGE_NOTE = "; points spread sideways around each GPU count so equal series stay visible"
+
+
+def _dodge_note(ax, dodged: bool) -> None:
+    """Say so under the GPU axis when the series were spread sideways; the legend goes below that."""
+    if dodged:
+        ax.set_xlabel(ax.get_xlabel() + "\n" + DODGE_NOTE.removeprefix("; "), fontsize=9)
+    legend_below(ax, y=-0.2 if dodged else -0.14)
 
 
 def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
@@ -124,17 +143,19 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.plot(gpus, gpus, color="black", linestyle="--", linewidth=1, label="ideal (speedup = GPUs)")
     ax.plot(gpus, [TARGET_EFFICIENCY * g for g in gpus], color="grey", linestyle=":", linewidth=1,
             label="75 % efficiency (4 machines do the work of 3)")
-    for color, label, style, part in _series_lines(data):
-        ax.plot(part[GPU_COLUMN], part["speedup"], color=color, label=label, **style)
+    ends = []
+    for color, label, style, part, dx in _series_lines(data):
+        ax.plot(part[GPU_COLUMN] * dx, part["speedup"], color=color, label=label, **style)
         last = part.iloc[-1]
-        ax.annotate(f"{100 * last['scaling_efficiency']:.0f} %", (last[GPU_COLUMN], last["speedup"]),
-                    textcoords="offset points", xytext=(6, -3), fontsize=8, color=color)
+        ends.append((last[GPU_COLUMN] * dx, last["speedup"], f"{100 * last['scaling_efficiency']:.0f} %", color))
     _gpu_axis(ax, gpus)
-    ax.set_yscale("log", base=2)
+    values = [*data["speedup"], *(TARGET_EFFICIENCY * g for g in gpus), *gpus]
+    log2_axis(ax, "y", min(v for v in values if v > 0) / 1.3, max(values) * 1.3)
     ax.set_ylabel("speedup over 1 GPU (x, log scale)")
-    _title(ax, "Speedup vs GPUs (weak scaling; labels: efficiency at the largest size)" + note, data, name)
+    _title(ax, "Speedup vs GPUs (weak scaling; right: efficiency at the largest size)" + note, data, name)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _dodge_note(ax, data["series"].nunique() > 1)
+    label_ends(ax, ends)
     return _save(fig, stem)
 
 
@@ -145,14 +166,18 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
     ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2,
                label="75 %: 4 machines doing the work of 3")
-    for color, label, style, part in _series_lines(data):
-        ax.plot(part[GPU_COLUMN], 100 * part["scaling_efficiency"], color=color, label=label, **style)
+    ends = []
+    for color, label, style, part, dx in _series_lines(data):
+        ax.plot(part[GPU_COLUMN] * dx, 100 * part["scaling_efficiency"], color=color, label=label, **style)
+        last = part.iloc[-1]
+        ends.append((last[GPU_COLUMN] * dx, 100 * last["scaling_efficiency"], f"{100 * last['scaling_efficiency']:.0f} %", color))
     _gpu_axis(ax, gpus)
     ax.set_ylim(0, 105)
     ax.set_ylabel("scaling efficiency T1 / TN (%)")
     _title(ax, "Scaling efficiency vs GPUs (weak scaling, same batch per GPU)" + note, data, name)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
+    _dodge_note(ax, data["series"].nunique() > 1)
+    label_ends(ax, ends)
     return _save(fig, stem)
 
 
@@ -178,6 +203,7 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False, sharey=True)
     gpus = sorted(sim[GPU_COLUMN].unique())
+    offsets = dict(zip(lines, dodge_factors(len(lines)), strict=True))
     for ax, panel in zip(axes.flat, panels, strict=False):
         part = sim[sim[panel_axis].astype(str) == panel]
         ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
@@ -185,8 +211,9 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
         for i, line in enumerate(lines):
             sel = part[part["line"] == line].sort_values(GPU_COLUMN)
             if not sel.empty:
-                ax.plot(sel[GPU_COLUMN], 100 * sel["scaling_efficiency"], color=colors[line],
-                        marker=MARKERS[i % len(MARKERS)], markersize=4, label=line)
+                ax.plot(sel[GPU_COLUMN] * offsets[line], 100 * sel["scaling_efficiency"], color=colors[line],
+                        marker=MARKERS[i % len(MARKERS)], markersize=5, markeredgecolor="white",
+                        markeredgewidth=0.5, label=line)
         _gpu_axis(ax, gpus)
         ax.set_ylim(0, 105)
         ax.set_title(f"{axis_title(panel_axis)} = {panel}", fontsize=9)
@@ -197,8 +224,8 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
         ax.set_ylabel("scaling efficiency T1 / TN (%)")
     handles, labels = _panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.01))
-    fig.suptitle(f"Scaling efficiency vs GPUs by {axis_title(panel_axis)} (weak scaling, simulated)\n"
-                 f"{name}: {describe_fixed(sim)}", fontsize=10)
+    fig.suptitle(f"Scaling efficiency vs GPUs by {axis_title(panel_axis)} (weak scaling, simulated"
+                 f"{DODGE_NOTE if len(lines) > 1 else ''})\n{name}: {describe_fixed(sim)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
     return _save(fig, stem)
 
@@ -211,7 +238,8 @@ def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     tops = sim.groupby("series")["iteration_time_s"].max()
     shared = bool(len(tops)) and tops.max() <= 10 * tops.min()  # a shared scale only if no panel would be flat
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=shared)
-    parts = [(c, label, color) for c, label, color in BREAKDOWN_PARTS if c in sim.columns]
+    parts = [(c, label, color) for c, label, color in BREAKDOWN_PARTS  # only what some bar shows: no empty legend entries
+             if c in sim.columns and (sim[c].fillna(0) > 0).any()]
     for ax, s in zip(axes.flat, series, strict=False):
         part = sim[sim["series"] == s].sort_values(GPU_COLUMN)
         x = range(len(part))
@@ -293,15 +321,19 @@ def plot_timeline(store: ResultDir, pid: str, name: str, stem: Path, calibration
     row = point["row"]
     lanes = list(dict.fromkeys(s.lane for s in result.spans))
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.8 * len(lanes)))
-    colors = {"fwd": "#4c72b0", "bwd": "#55a868", "optimizer": "#c49c2a", "bucket": "#dd5555"}
+    ps = scenario.strategy.collective == "ps"
+    colors = {"fwd": "#4c72b0", "bwd": "#55a868", "optimizer": "#c49c2a", "bucket": "#8172b3" if ps else "#dd5555"}
+    labels = {"fwd": "forward layer", "bwd": "backward layer", "optimizer": "optimizer step",
+              "bucket": "parameter-server push/pull (per bucket)" if ps else "gradient bucket allreduce"}
     seen = set()
+    thin_s = 0.004 * result.iteration_time_s  # narrower than this: no white edge, or the edges hide the bar
     for y, lane in enumerate(lanes):
         for span in (s for s in result.spans if s.lane == lane):
             kind = span.name.split()[0]
-            label = {"fwd": "forward layer", "bwd": "backward layer", "optimizer": "optimizer step",
-                     "bucket": "gradient bucket allreduce"}.get(kind, kind)
+            label = labels.get(kind, kind)
             ax.barh(y, 1e3 * span.duration_s, left=1e3 * span.start_s, height=0.6, color=colors.get(kind, "#888888"),
-                    edgecolor="white", linewidth=0.3, label=None if label in seen else label)
+                    edgecolor="white" if span.duration_s > thin_s else "none", linewidth=0.3,
+                    label=None if label in seen else label)
             seen.add(label)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([f"{lane} stream" for lane in lanes])
@@ -312,7 +344,7 @@ def plot_timeline(store: ResultDir, pid: str, name: str, stem: Path, calibration
                  f"{1e3 * result.exposed_comm_time_s:.1f} ms exposed communication, efficiency "
                  f"{100 * row['scaling_efficiency']:.0f} %\n{name}: {scenario.workload.name}, "
                  f"{row.get('inter_link', '')} between nodes, {row.get('collective', '')} (point {pid})", fontsize=10)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     return _save(fig, stem)
 

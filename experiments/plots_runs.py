@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from experiments.plots import MARKERS, _colors, _panel_legend, _save, describe_fixed, plt
 from experiments.tables import axis_title, with_none_labels
@@ -80,13 +81,19 @@ def plot_run_metric(df: pd.DataFrame, axes_order: list[str], name: str, stem: Pa
         for i, (line, sel) in enumerate(_lines(part, lines)):
             sel = sel.sort_values(x) if x else sel
             xs = sel[x] if x else range(len(sel))
-            for column, suffix, style in metrics:
+            for k, (column, suffix, style) in enumerate(metrics):
+                # the second metric hollow and larger: where it equals the first (a synchronous run is
+                # never stale), both markers stay visible
                 ax.plot(xs, sel[column], color=colors[line], linestyle=style, marker=MARKERS[i % len(MARKERS)],
-                        markersize=4, label=f"{line}{suffix}")
+                        markersize=4 + 3 * k, markerfacecolor=colors[line] if k == 0 else "none",
+                        label=f"{line}{suffix}", zorder=3 - k)
         ax.set_title(panel_title, fontsize=9)
         ax.grid(True, alpha=0.3)
         if log_y:
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))  # 200, 500, 1,000: numbers, not 10^k
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
     for ax in axes[-1, :]:
         ax.set_xlabel(f"{axis_title(x)} ({x})" if x else "point")
     for ax in axes[:, 0]:
@@ -110,7 +117,7 @@ def plot_run_results(df: pd.DataFrame, meta: dict[str, Any], out: Path) -> list[
                  ("effective_samples_per_s", ": effective (x staleness penalty)", "--")),
         ylabel="training samples per second (log scale)", log_y=True,
         title="Throughput over a run: raw samples/s (solid) and after the staleness penalty (dashed; "
-              "the same for synchronous updates, which are never stale)")
+              "hollow; the same for synchronous updates, which are never stale)")
     if (df["mode"] == "async").any():
         written += plot_run_metric(
             df, axes, name, out / "staleness",

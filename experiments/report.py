@@ -19,6 +19,19 @@ PLOT_CAPTIONS = {
 }
 
 
+def _cell(value) -> str:
+    """A table cell: numbers right-aligned on one line, text left-aligned and wrapping."""
+    text = html.escape(str(value))
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if not numeric:
+        try:
+            float(str(value).replace(",", ""))
+            numeric = True
+        except ValueError:
+            numeric = False
+    return f"<td>{text}</td>" if numeric else f'<td class="text">{text}</td>'
+
+
 def _plots(store: ResultDir) -> list[Path]:
     if not store.plots_dir.is_dir():
         return []
@@ -83,16 +96,23 @@ def render_html(result_dir: str | Path) -> str:
     rows = _summary_rows(df, meta)
     if rows:
         head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
-        cells = "".join("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in r.values()) + "</tr>" for r in rows)
-        body += ["<h2>All points (mean over repetitions)</h2>", f"<table><tr>{head}</tr>{cells}</table>"]
+        cells = "".join("<tr>" + "".join(_cell(v) for v in r.values()) + "</tr>" for r in rows)
+        body += ["<h2>All points (mean over repetitions)</h2>",
+                 f'<div class="table"><table id="points"><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table></div>']
     if meta.get("skipped"):
         body.append("<h2>Invalid combinations left out</h2><ul>")
         body += [f"<li>{esc(str(s['axes']))}: {esc(s['reason'])}</li>" for s in meta["skipped"]]
         body.append("</ul>")
     body += ["<h2>Config</h2>", f"<pre>{esc(config)}</pre>"]
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-             "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
-             "table{border-collapse:collapse;font-size:85%}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+    # Tables fit the page: the table takes the page's width, headers and text cells wrap, numbers
+    # stay on one line; a table wider than that still scrolls inside its box, never the page.
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+             "img{max-width:100%;height:auto}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
+             "div.table{max-width:100%;overflow-x:auto}"
+             "table{border-collapse:collapse;font-size:80%;width:100%}"
+             "td,th{border:1px solid #ccc;padding:2px 5px;text-align:right;vertical-align:top}"
+             "th{white-space:normal;background:#f3f3f3}td{white-space:nowrap}"
+             "td.text{text-align:left;white-space:normal;overflow-wrap:anywhere}"
              "pre{background:#f6f6f6;padding:.6em;overflow-x:auto}")
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>scalebench: {esc(meta['name'])}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")

@@ -1,0 +1,149 @@
+"""Plots a reader can trust at a glance: equal series stay visible, end labels never collide, powers
+of two read as numbers, legends sit off the data and list only what was drawn, PS traffic is
+named as such, report tables fit the page."""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import experiments.plots as plots  # noqa: E402
+from experiments.config import experiment_from_dict  # noqa: E402
+from experiments.plot_style import dodge_factors, label_ends, log2_axis, power_of_two_label  # noqa: E402
+from experiments.runner import run_experiment  # noqa: E402
+from experiments.store import ResultDir  # noqa: E402
+from experiments.tables import mean_over_repetitions, with_series  # noqa: E402
+
+# Four series, three of them equal (ib_edr does not care about fp16 vs bf16 vs fp32 at this size).
+SWEEP = {"name": "equal", "workload": {"model": "resnet50"},
+         "cluster": {"gpus_per_node": 8, "gpu": "v100", "intra_link": "nvlink2"},
+         "sweep": {"cluster.gpus": [8, 16, 32, 64], "cluster.inter_link": ["tcp_10gbe", "ib_edr"],
+                   "strategy.precision": ["fp32", "fp16"]}}
+
+
+@pytest.fixture(scope="module")
+def result_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("plots") / "equal"
+    run_experiment(experiment_from_dict(SWEEP), out, jobs=1, progress=False, log=lambda _: None)
+    return out
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The figures the plot functions would save (drawn, not written)."""
+    figures = []
+
+    def keep(fig, stem):
+        fig.canvas.draw()
+        figures.append(fig)
+        return []
+
+    monkeypatch.setattr(plots, "_save", keep)
+    yield figures
+    for fig in figures:
+        plt.close(fig)
+
+
+def _data(result_dir):
+    store = ResultDir(result_dir)
+    return mean_over_repetitions(with_series(store.read_csv(), store.meta()))
+
+
+def _text_boxes(ax, renderer):
+    """The end labels' boxes (the leaders are annotations without text)."""
+    return [t.get_window_extent(renderer) for t in ax.texts if t.get_text()]
+
+
+def _overlaps(boxes) -> list[tuple[int, int]]:
+    return [(i, j) for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2) if a.overlaps(b)]
+
+
+def test_dodged_series_are_centred_and_stay_within_a_fifth_of_a_doubling():
+    import math
+
+    for n in (1, 2, 5, 12):
+        factors = dodge_factors(n)
+        assert len(set(factors)) == n and math.prod(factors) == pytest.approx(1.0)
+        assert math.log2(max(factors) / min(factors)) <= 0.2 + 1e-12
+
+
+def test_powers_of_two_read_as_numbers():
+    assert [power_of_two_label(v) for v in (1, 2, 1024, 0.5, 0.125)] == ["1", "2", "1024", "1/2", "1/8"]
+    fig, ax = plt.subplots()
+    ax.plot([1, 1000], [0.3, 3000])
+    log2_axis(ax, "y", 0.3, 3000)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    plt.close(fig)
+    assert labels and all("^" not in lab and "$" not in lab for lab in labels)
+    assert "1024" in labels or "2048" in labels
+
+
+def test_end_labels_never_collide_even_for_equal_values():
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot([1, 10], [0, 100])
+    items = [(10, 93.0, f"{93} %", "C0"), (10, 93.0, "93 %", "C1"), (10, 93.2, "93 %", "C2"), (10, 18.0, "18 %", "C3"),
+             (10, 19.0, "19 %", "C4"), (10, 99.9, "100 %", "C5")]
+    label_ends(ax, items)
+    boxes = _text_boxes(ax, fig.canvas.get_renderer())
+    assert len(boxes) == len(items) and _overlaps(boxes) == []
+    plt.close(fig)
+
+
+def test_speedup_and_efficiency_plots(result_dir, captured):
+    data = _data(result_dir)
+    plots.plot_speedup(data, "equal", result_dir / "s")
+    plots.plot_efficiency(data, "equal", result_dir / "e")
+    for fig in captured:
+        ax = fig.axes[0]
+        renderer = fig.canvas.get_renderer()
+        # equal series: drawn at distinct x (dodged) so each one's markers show
+        lines = [line for line in ax.get_lines() if line.get_marker() not in (None, "None", "")]
+        assert len(lines) == 4
+        first_x = {round(float(line.get_xdata()[0]), 6) for line in lines}
+        assert len(first_x) == 4
+        # end labels: one per series, none overlapping
+        boxes = _text_boxes(ax, renderer)
+        assert len(boxes) == 4 and _overlaps(boxes) == []
+        # the legend below the axes, off the data
+        legend = ax.get_legend()
+        assert legend.get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y0
+        # the GPU axis ticks at the counts, as numbers
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16", "32", "64"]
+    speedup_ticks = [t.get_text() for t in captured[0].axes[0].get_yticklabels() if t.get_text()]
+    assert speedup_ticks and all(lab.isdigit() or "/" in lab for lab in speedup_ticks)
+
+
+def test_breakdown_legend_lists_only_what_was_drawn(result_dir, captured):
+    plots.plot_breakdown(_data(result_dir), "equal", result_dir / "b")
+    (fig,) = captured
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert "compute (forward + backward + optimizer)" in labels and "exposed communication" in labels
+    assert "pipeline bubble" not in labels and "compression codec" not in labels  # none in this sweep
+
+
+def test_a_parameter_server_timeline_names_its_traffic(tmp_path, captured):
+    exp = experiment_from_dict({**SWEEP, "name": "ps", "strategy": {"collective": "ps"},
+                                "sweep": {"cluster.gpus": [16]}})
+    run_experiment(exp, tmp_path / "ps", jobs=1, progress=False, log=lambda _: None)
+    store = ResultDir(tmp_path / "ps")
+    (pid,) = store.finished_ids()
+    plots.plot_timeline(store, pid, "ps", tmp_path / "t", None)
+    labels = [t.get_text() for t in captured[0].axes[0].get_legend().get_texts()]
+    assert "parameter-server push/pull (per bucket)" in labels and "gradient bucket allreduce" not in labels
+
+
+def test_report_tables_wrap_text_and_keep_numbers_whole(result_dir):
+    from experiments.plots import plot_results
+    from experiments.report import render_html
+
+    plot_results(result_dir)
+    page = render_html(result_dir)
+    assert '<div class="table"><table id="points">' in page
+    assert "td.text{text-align:left;white-space:normal" in page and "table{border-collapse:collapse;font-size:80%;width:100%}" in page
+    assert '<td class="text">' in page  # the series names wrap
