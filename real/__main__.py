@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from scalebench.commands.real import add_arguments, spec_from_args
+    from real.cli import add_arguments, spec_from_args
     from sim.errors import ConfigError
 
     parser = argparse.ArgumentParser(prog="python -m real", description=__doc__.splitlines()[0])
@@ -68,7 +68,7 @@ def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None
     import json
 
     from real.results import environment_columns, write_rows
-    from scalebench.commands.common import format_rows, write_out
+    from sim.fileio import format_rows
 
     raw = json.loads(raw_path.read_text(encoding="utf-8"))
     if spec is None:
@@ -78,18 +78,18 @@ def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None
         rows = [{**r, **env, "source": "real"} for r in raw["rows"] if "time_s" in r]
         text = format_comm_table(rows)
     else:
+        from real.cli import row_table
         from real.config import real_scenario
         from real.measure import row_from_raw
-        from scalebench.commands.real import _table
 
         scenario, options = real_scenario(spec)
         row = row_from_raw(scenario, options, raw, iterations=args.iterations, warmup=args.warmup, link=None,
                            topology="shared", one_machine=os.environ.get("LOCAL_WORLD_SIZE") == os.environ.get("WORLD_SIZE"))
         rows = [row]
-        text = _table(row)
+        text = row_table(row)
     if args.out:
         write_rows(args.out, rows)
-    write_out(text if args.format == "table" else format_rows(rows, args.format))
+    sys.stdout.write(text if args.format == "table" else format_rows(rows, args.format))
 
 
 if __name__ == "__main__":

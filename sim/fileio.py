@@ -130,3 +130,15 @@ def check_writable(field: str, path: str | Path, *, directory: bool = False) -> 
     except OSError as err:
         raise ConfigError(field, str(path), f"a writable location ({existing}: {err.strerror or err})") from None
     return path
+def format_rows(rows: list[dict[str, Any]], fmt: str) -> str:
+    """Result rows as strict JSON (``fmt='json'``) or CSV text."""
+    if fmt == "json":
+        return json_text(rows) + "\n"
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()

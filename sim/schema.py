@@ -31,14 +31,18 @@ def _enum(values) -> dict[str, Any]:
 def field_types() -> dict[str, Any]:
     """``section.key`` -> JSON Schema of the value (or the name of a section it holds), for every
     key of the scenario's parsers."""
-    from sim.catalog import COMPUTE_DTYPES, LINK_KINDS, builtin_catalog
+    from sim.catalog import COMPUTE_DTYPES, DEVICE_KINDS, LINK_KINDS, NIC_VENDORS, builtin_catalog
     from sim.codecs import CODEC_PATHS, CODECS
     from sim.config import FIDELITIES
+    from sim.costs.backends import BACKENDS
     from sim.costs.pipeline import STAGE_BALANCES
     from sim.costs.staleness import STALENESS_PENALTIES
+    from sim.frameworks import FRAMEWORKS
     from sim.strategy import (
         COLLECTIVES,
         PRECISIONS,
+        PROTOCOLS,
+        PS_LAYOUTS,
         PS_MODES,
         PS_PLACEMENTS,
         SCHEDULES,
@@ -71,6 +75,10 @@ def field_types() -> dict[str, Any]:
         "cluster.gpu": gpu_name, "cluster.intra_link": link_name, "cluster.inter_link": link_name,
         "cluster.nics_per_node": INT_POS, "cluster.oversubscription": {"type": "number", "minimum": 1},
         "strategy.kind": _enum(STRATEGY_KINDS), "strategy.collective": _enum(COLLECTIVES),
+        "strategy.framework": _enum(FRAMEWORKS), "strategy.backend": _enum(BACKENDS),
+        "strategy.protocol": _enum(PROTOCOLS), "strategy.fusion_mib": NUM_POS, "strategy.cycle_time_ms": NUM_NONNEG,
+        "strategy.iteration_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
+        "strategy.double_buffering": BOOL, "strategy.ps_layout": _enum(PS_LAYOUTS),
         "strategy.ps_servers": INT_POS, "strategy.bucket_mib": NUM_POS, "strategy.first_bucket_mib": NUM_POS,
         "strategy.overlap": BOOL, "strategy.precision": _enum(PRECISIONS), "strategy.codec": _enum(CODECS),
         "strategy.codec_path": _enum(CODEC_PATHS), "strategy.error_feedback": BOOL,
@@ -90,9 +98,14 @@ def field_types() -> dict[str, Any]:
         "gpu.peak_tflops": {"type": "object", "additionalProperties": NUM_POS, "propertyNames": _enum(COMPUTE_DTYPES),
                             "required": ["fp32"]},
         "gpu.memory_bandwidth_GBps": NUM_POS, "gpu.memory_GiB": NUM_POS, "gpu.efficiency": FRACTION,
-        "gpu.launch_overhead_us": NUM_NONNEG, "gpu.source": STRING,
+        "gpu.launch_overhead_us": NUM_NONNEG, "gpu.kind": _enum(DEVICE_KINDS), "gpu.compute_capability": NUM_POS,
+        "gpu.nvlinks": INT_NONNEG, "gpu.sm_count": INT_NONNEG, "gpu.source": STRING,
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
         "link.latency_us": NUM_NONNEG, "link.software_latency_us": NUM_NONNEG, "link.efficiency": FRACTION,
+        "link.mtu_bytes": {"type": "integer", "minimum": 53}, "link.per_flow_Gbps": NUM_POS, "link.tcp_window_MiB": NUM_POS,
+        "link.nic_vendor": _enum(NIC_VENDORS), "link.base": {"type": "string", "examples": sorted(catalog.links)},
+        "link.tc": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                    "properties": {"rate_Gbps": NUM_POS, "delay_ms": NUM_NONNEG}},
         "link.source": STRING,
     }
 

@@ -122,7 +122,7 @@ class _SpanArgs:
         self.link = (cluster.inter_link if cluster.nodes > 1 else cluster.intra_link).name
         s = self.strategy
         self.algorithm = (f"parameter server ({s.ps_servers} server{'s' if s.ps_servers > 1 else ''}, {s.ps_mode})"
-                          if s.collective == "ps" else f"{s.collective} allreduce")
+                          if s.collective == "ps" else f"{s.backend or ''} {s.collective} allreduce".strip())
 
     def __call__(self, name: str, lane: str) -> tuple[str, dict[str, Any]]:
         head, _, rest = name.partition(" ")

@@ -162,7 +162,7 @@ def test_cli_run_plot_report(tmp_path, capsys):
             assert (plots / f"{stem}.{ext}").stat().st_size > 5000
     assert main(["report", str(tmp_path / "mini")]) == 0
     html = (tmp_path / "mini" / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 5 and "<table>" in html
+    assert html.count("data:image/png;base64,") == 5 and "<table id=\"points\">" in html
     assert main(["report", str(tmp_path / "mini"), "--format", "md"]) == 0
     assert "![" in (tmp_path / "mini" / "report.md").read_text()
 

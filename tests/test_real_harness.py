@@ -194,7 +194,7 @@ def _workers_alive() -> bool:
     ["--backend", "nccl", "--strategy", "ps_sync", "--gpus", "3"],
     ["--backend", "nccl", "--gpus", "64"],  # more local ranks than CUDA devices (none on CI)
     ["--topology", "ring"],
-    ["--max-bytes", "12MB"],
+    ["--max-bytes", "12XB"],
     ["--gpu", "h100"],  # simulate's flag: a measurement here is this machine's
     ["--nproc", "2"],  # one spelling per flag: --gpus
 ])

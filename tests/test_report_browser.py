@@ -27,7 +27,7 @@ from experiments.config import experiment_from_dict
 from experiments.plots import plot_results
 from experiments.report import render_html
 from experiments.runner import run_experiment
-from scalebench.fileio import atomic_write_text
+from sim.fileio import atomic_write_text
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")

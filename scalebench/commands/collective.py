@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="v100", help="a GPU of the catalog (scalebench list gpus; default v100)")
     parser.add_argument("--intra-link", default="nvlink2", help="link inside a node (default nvlink2)")
     parser.add_argument("--inter-link", default="ib_edr", help="link between nodes (default ib_edr)")
-    parser.add_argument("--nics-per-node", type=int, default=1)
+    parser.add_argument("--nics-per-node", type=int, default=1, help="inter-node NICs per node (default 1)")
     parser.add_argument("--algo", help="force the algorithm as NCCL_ALGO does (nccl: ring, tree, nvls; mpi: ring, "
                                        "recursive_doubling, rabenseifner, binomial, pairwise)")
     parser.add_argument("--proto", help="force NCCL's protocol as NCCL_PROTO does: LL, LL128, Simple")
@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "nccl-tests runs back to back: 0)")
     parser.add_argument("--catalog", help="YAML file of extra gpus/links (e.g. from scalebench calibrate "
                                           "--from-nccl-tests)")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default: nccl-tests' columns), csv or json")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,73 +9,17 @@ from __future__ import annotations
 
 import argparse
 
-from scalebench.commands.common import (
-    add_scenario_arguments,
-    format_rows,
-    scenario_dict_from_args,
-    write_out,
+from real.cli import (
+    DEFAULT_OUT_DIR,
+    DEFAULT_SCENARIO,
+    REAL_FLAGS,
+    add_arguments,
+    row_table,
+    spec_from_args,
 )
+from scalebench.commands.common import format_rows, write_out
 
-DEFAULT_SCENARIO = {
-    "name": "real",
-    "workload": {"model": "small_cnn", "batch_size": 32},
-    "cluster": {"gpus": 2},
-    "strategy": {"collective": "ring"},
-}
-"""The cluster's gpu and links are what the harness runs on (real.config.measured_labels)."""
-DEFAULT_OUT_DIR = "results/real"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from real.config import BACKENDS, LINKS, REAL_STRATEGIES, TOPOLOGIES
-    from scalebench.commands.common import SCENARIO_FLAGS, byte_size
-
-    add_scenario_arguments(parser, "real")
-    g = parser.add_argument_group("real harness")
-    g.add_argument("--strategy", dest="real_strategy", metavar="NAME",
-                   help=f"the harness' trainer: {', '.join(REAL_STRATEGIES)} (default: what --collective, --ps-mode "
-                        "and --pp imply: ddp, ps_sync or ps_async, pipeline)")
-    if "real" not in SCENARIO_FLAGS.get("backend", ("", "", str, "", ()))[-1]:  # unless the scenario's serves both
-        g.add_argument("--backend", metavar="NAME", help=f"process-group backend: {', '.join(BACKENDS)} "
-                       "(gloo on CPU, the default; nccl: one CUDA device per local rank)")
-    g.add_argument("--lr", type=float, metavar="FLOAT", help="learning rate (default 0.01)")
-    g.add_argument("--threads", type=int, metavar="INT", help="torch threads per rank (default: cores / ranks)")
-    g.add_argument("--link", metavar="RATE", help=f"emulate a link in a network namespace (root, tc): {', '.join(LINKS)} "
-                   "or any <number>mbit|gbit; default: loopback, unshaped")
-    g.add_argument("--topology", default="shared", choices=TOPOLOGIES,
-                   help="with --link: shared (one tbf for all flows, default) or per_link (htb per connection)")
-    g.add_argument("--iterations", type=int, default=20, metavar="N", help="timed iterations per phase (default 20)")
-    g.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed iterations first (default 3)")
-    g.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="seconds without progress before a run is stopped (default 60)")
-    g.add_argument("--out", metavar="FILE", help="write the row(s) to this CSV or JSON file (atomically); training rows "
-                   "go to results/real/<model>-<strategy>-<n>-<id>.csv unless given")
-    g.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                   help="table (default), csv or json on standard output")
-    g.add_argument("--trace", metavar="FILE.json", help="also record one iteration's phases on every rank and write "
-                   "them as a Chrome/Perfetto timeline (the format of simulate --trace)")
-    g.add_argument("--comm", action="store_true", help="collective microbenchmarks (nccl-tests style) instead of training")
-    g.add_argument("--collectives", nargs="+", metavar="NAME",
-                   help="with --comm: which collectives (default: all of real/bench_comm.py's COLLECTIVES)")
-    g.add_argument("--max-bytes", type=byte_size, default=64 * 2**20, metavar="SIZE",
-                   help="with --comm: largest message, e.g. 256M or 1G (default 64M)")
-    g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
-
-
-REAL_FLAGS = ("real_strategy", "backend", "lr", "threads")
-"""Flags that go to the spec's real: section (the harness' options); --schedule, --micro-batches and
---codec are the scenario's and reach the harness through it (real.config.defaults_from_strategy)."""
-
-
-def spec_from_args(args: argparse.Namespace) -> dict:
-    spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
-    real = spec.setdefault("real", {})
-    for flag in REAL_FLAGS:
-        value = getattr(args, flag, None)
-        if value is not None:
-            real["strategy" if flag == "real_strategy" else flag] = value
-    return spec
-
+__all__ = ["DEFAULT_SCENARIO", "REAL_FLAGS", "add_arguments", "run", "spec_from_args"]
 
 def run(args: argparse.Namespace) -> int:
     from scalebench.commands.common import require_torch
@@ -118,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from real.results import default_row_path, write_rows
 
     path = write_rows(args.out or default_row_path(row, DEFAULT_OUT_DIR), [row])
-    write_out(_table(row) + _saved(path) if args.format == "table" else format_rows([row], args.format))
+    write_out(row_table(row) + _saved(path) if args.format == "table" else format_rows([row], args.format))
     return 0
 
 
@@ -137,30 +81,6 @@ def _run_comm(args: argparse.Namespace) -> int:
         write_rows(args.out, rows)
     write_out(format_comm_table(rows) if args.format == "table" else format_rows(rows, args.format))
     return 0 if all(r["wrong"] == 0 for r in rows) else 1
-
-
-def _table(row: dict) -> str:
-    from sim.units import human_seconds
-
-    def t(key: str) -> str:
-        v = row.get(key)
-        return human_seconds(v) if isinstance(v, float) and v == v else "-"
-
-    return "\n".join([
-        f"{row['model']} x {row['world_size']} ranks, {row['real_strategy']} ({row['comm_path'] or '-'}), "
-        f"bucket {row['bucket_mib']:g} MiB, overlap {'on' if row['overlap'] else 'off'}, batch {row['batch_size']}/rank, "
-        f"{row['backend']} on {row['link']}; torch {row['torch_version']}, {row['threads_per_rank']} threads/rank",
-        "",
-        f"  iteration (slowest rank)  {t('iteration_time_s'):>10}   IQR {t('iteration_time_iqr_s')}",
-        f"  compute only              {t('compute_time_s'):>10}   IQR {t('compute_time_iqr_s')}",
-        f"    forward / backward / optimizer  {t('forward_time_s')} / {t('backward_time_s')} / {t('optimizer_time_s')}",
-        f"  exposed communication     {t('exposed_comm_time_s'):>10}",
-        f"  communication alone       {t('comm_time_s'):>10}   ({row['buckets']} buckets)",
-        f"  1 rank alone (T1)         {t('baseline_time_s'):>10}",
-        "",
-        f"  throughput  {row['throughput_samples_per_s']:,.1f} samples/s; speedup {row['speedup']:.2f}x; "
-        f"efficiency {100 * row['scaling_efficiency']:.1f} % (weak scaling); final loss {row['final_loss']:.4g}",
-    ]) + "\n"
 
 
 def _saved(path) -> str:
