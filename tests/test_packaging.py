@@ -138,3 +138,12 @@ def test_without_torch_the_commands_that_need_it_say_which_extra(argv):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'scalebench[real]'" in lines[0], proc.stderr
+
+
+def test_the_devset_suite_needs_no_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from scalebench.cli import main\n"
+            "sys.exit(main(['validate', '--suite', 'devset']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr  # its verdict, not a missing torch
+    assert "scalebench[real]" not in proc.stderr and "public measurements of real GPU clusters" in proc.stdout

@@ -32,9 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from scalebench.commands.common import require_torch
-
-    require_torch()  # it measures and calibrates with the harness
     import sys
     from dataclasses import replace
 
@@ -51,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--data", args.data), ("--strict", args.strict)):
         if value:
             raise ConfigError(flag, value, "--suite devset (the harness suite measures this machine)")
+    from scalebench.commands.common import require_torch
+
+    require_torch()  # the harness suite measures and calibrates with torch
 
     from validation.config import load_validation_config
     from validation.run import run_validation
