@@ -46,9 +46,17 @@ def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Execut
             from dask.distributed import Client, LocalCluster
         except ImportError:
             raise ConfigError("--executor", "dask", "process (dask.distributed is not installed: pip install 'dask[distributed]')") from None
-        cluster = None if address else LocalCluster(n_workers=jobs, threads_per_worker=1, dashboard_address=None)
+        import tempfile
+
+        scratch = None if address else tempfile.mkdtemp(prefix="scalebench-dask-")  # not dask's shared /tmp default
+        if scratch is not None:
+            import dask
+
+            dask.config.set({"temporary-directory": scratch})  # the scheduler's and nannies' lock files go there too
+        cluster = None if address else LocalCluster(n_workers=jobs, threads_per_worker=1, dashboard_address=None,
+                                                    local_directory=scratch)
         client = Client(address or cluster)
-        return _DaskExecutor(client, cluster)
+        return _DaskExecutor(client, cluster, scratch)
     if kind == "ray":
         try:
             import ray
@@ -59,11 +67,11 @@ def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Execut
 
 
 class _DaskExecutor(cf.Executor):
-    """A dask client's executor that also closes the client, and the local cluster it started,
-    when the sweep ends: no worker process outlives the run."""
+    """A dask client's executor that also closes the client, and the local cluster it started
+    (and removes its scratch directory), when the sweep ends: no worker process or file outlives the run."""
 
-    def __init__(self, client: Any, cluster: Any):
-        self._client, self._cluster = client, cluster
+    def __init__(self, client: Any, cluster: Any, scratch: str | None = None):
+        self._client, self._cluster, self._scratch = client, cluster, scratch
         self._executor = client.get_executor()
 
     def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
@@ -74,6 +82,10 @@ class _DaskExecutor(cf.Executor):
         self._client.close()
         if self._cluster is not None:
             self._cluster.close()
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 def _ignore_sigint() -> None:

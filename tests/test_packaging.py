@@ -57,8 +57,12 @@ def _has(module: str) -> bool:
 
 def test_a_sweep_runs_on_a_local_dask_cluster(tmp_path):
     pytest.importorskip("distributed")
+    import tempfile
+
     exp = experiment_from_dict(SWEEP)
+    scratch_before = set(Path(tempfile.gettempdir()).glob("scalebench-dask-*"))
     dask_sum = run_experiment(exp, tmp_path / "dask", jobs=2, executor="dask", progress=False, log=lambda _: None)
+    assert set(Path(tempfile.gettempdir()).glob("scalebench-dask-*")) == scratch_before  # its scratch removed
     proc_sum = run_experiment(exp, tmp_path / "proc", jobs=1, executor="process", progress=False, log=lambda _: None)
     assert dask_sum.computed == proc_sum.computed == 12
     dask_rows = pd.read_csv(tmp_path / "dask" / "results.csv").sort_values("point_id").reset_index(drop=True)
