@@ -32,8 +32,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, no usage dump
-        self.exit(2, f"scalebench: error: {message}\n")
+    def error(self, message: str):  # one line, exit 2, no usage dump; the subcommand named when there is one
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,10 +63,14 @@ EXIT_BROKEN_PIPE = 141
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     except SystemExit as done:  # --help, --version, or a usage error already printed on one line
         return done.code if isinstance(done.code, int) else EXIT_OK
+    if extra:  # a flag of another command (real has no --gpu): said by the command it was given to
+        print(f"scalebench {args.command}: error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         module = importlib.import_module(args._module)
         return int(module.run(args) or 0)

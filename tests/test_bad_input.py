@@ -86,8 +86,10 @@ ISSUE = {
     "trace-with-iterations": ({}, ["simulate", "--iterations", "3", "--trace", "t.json"], "--trace", None),
     "real-unknown-key-dry-run": ({"c.yaml": "name: r\nbackend: real\nworkload: mlp\ncluster: {gpus: 2}\nreal: {bogus: 1}\n"},
                                  ["run", "c.yaml", "--dry-run"], "real.bogus", _real),
-    "real-gpu-h100-over-ndr": ({}, ["real", "--gpu", "h100", "--inter-link", "ib_ndr"], "cluster.gpu", _real),
-    "real-inter-link-ndr": ({}, ["real", "--inter-link", "ib_ndr"], "cluster.inter_link", _real),
+    # real takes only the flags it can measure (issue 21): the labels can come only from a config, and are refused there
+    "real-gpu-h100-over-ndr": ({}, ["real", "--gpu", "h100", "--inter-link", "ib_ndr"], "unrecognized arguments: --gpu", _real),
+    "real-inter-link-ndr": ({"c.yaml": "workload: small_cnn\ncluster: {gpus: 2, gpu: h100, inter_link: ib_ndr}\n"},
+                            ["real", "c.yaml"], "cluster.gpu", _real),
     "gpus-1e12-flag": ({}, ["simulate", "--gpus", "1000000000000"], "cluster.gpus", None),
     "bandwidth-inf": ({"c.yaml": f"workload: resnet50\ncatalog: {{links: {{x: {{bandwidth_Gbps: .inf, latency_us: 1}}}}}}\n"
                                  f"{LINK_X}"}, ["simulate", "c.yaml"], "catalog.links.x.bandwidth_Gbps", None),
@@ -102,6 +104,13 @@ def _yaml(body: str) -> dict[str, str]:
 
 
 MORE = {
+    # issue 21's commands
+    "layers-no-input-shape": ({"m.py": "from torch import nn\nNet = lambda: nn.Linear(2, 2)\n"}, ["layers", "m.py:Net"],
+                              "--input-shape", _real),
+    "layers-bad-target": ({}, ["layers", "m.py", "--input-shape", "2,2"], "TARGET", _real),
+    "list-unknown-kind": ({}, ["list", "nics"], "invalid choice: 'nics'", None),
+    "list-catalog-with-models": ({}, ["list", "models", "--catalog", "x.yaml"], "--catalog", None),
+    "schema-unknown-kind": ({}, ["schema", "sweep"], "invalid choice: 'sweep'", None),
     # simulate: numbers
     "batch-size-zero": ({}, ["simulate", "--batch-size", "0"], "workload.batch_size", None),
     "gpus-1e12-yaml": ({"c.yaml": "workload: mlp\ncluster: {gpus: 1e12}\n"}, ["simulate", "c.yaml"], "cluster.gpus", None),
