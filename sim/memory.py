@@ -50,13 +50,17 @@ class MemoryBreakdown:
                 "codec buffers": self.codec_bytes}
 
 
-def memory_per_rank(scenario: Scenario) -> list[MemoryBreakdown]:
-    """One breakdown per pipeline stage (the ranks of a stage hold the same)."""
+def memory_per_rank(scenario: Scenario, stage_bounds: list[tuple[int, int]] | None = None) -> list[MemoryBreakdown]:
+    """One breakdown per pipeline stage (the ranks of a stage hold the same). ``stage_bounds``:
+    the [start, end) layers of each stage when the caller has them already (the planner, which
+    costs many layouts); None: cut as the pipeline engine cuts (sim.engine.pipeline_plan)."""
     workload, strategy, cluster = scenario.workload, scenario.strategy, scenario.cluster
     tp, pp, m = strategy.tp, strategy.pp, strategy.micro_batches
     dtype = DTYPE_BYTES[strategy.precision]
     micro = workload.batch_size // m
-    if pp > 1:
+    if stage_bounds is not None:
+        bounds = list(stage_bounds)
+    elif pp > 1:
         from sim.engine.pipeline_plan import build_pipeline_plan
 
         bounds = [st.layers for st in build_pipeline_plan(scenario).stages]

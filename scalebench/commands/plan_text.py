@@ -1,0 +1,118 @@
+"""What ``scalebench plan`` prints and writes: the search's summary, the top candidates with their
+breakdown, the sentence on why the winner wins, the check through simulate(), the detailed
+verification, and the files (experiments/plan_report.py)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from sim.planner.request import PlanRequest
+from sim.planner.search import PlanResult
+from sim.planner.space import REASONS
+from sim.units import human_bytes, human_seconds
+
+OBJECTIVE_TEXT = {
+    "time": "time: seconds per sample (a run of a fixed number of samples), lower is better",
+    "samples_per_s": "samples_per_s: throughput, higher is better (the same order as time)",
+    "gpu_hours": "gpu_hours: GPUs x seconds per sample (what a run costs in GPU time), lower is better",
+}
+
+
+def default_out(request: PlanRequest) -> Path:
+    return Path("results") / "plan" / f"{request.workload.name}-{request.gpus}x{request.cluster.gpu.name}"
+
+
+def header(request: PlanRequest) -> list[str]:
+    w, c = request.workload, request.cluster
+    counts = ", ".join(str(g) for g in request.gpu_counts)
+    if request.global_batch:
+        batch = f"global batch {request.global_batch} (batch per replica = {request.global_batch} / dp)"
+    else:
+        batch = (f"batch {w.batch_size} per replica, whatever dp is (weak scaling: the workload's batch; "
+                 "--global-batch fixes the total instead)")
+    return [
+        f"scalebench plan: {w.name} ({w.param_count / 1e9:.3g} B parameters, {w.optimizer}) on {c.gpu.name}, "
+        f"{c.gpus_per_node} per node, intra {c.intra_link.name}, inter {c.inter_link.name} x {c.nics_per_node}",
+        f"  GPUs {counts}; {request.precision}; {batch}; memory per GPU {human_bytes(request.memory_limit_bytes)}",
+        f"  objective {OBJECTIVE_TEXT[request.objective]}",
+    ]
+
+
+def summary(result: PlanResult) -> list[str]:
+    request = result.request
+    rate = result.simulated / result.wall_s if result.wall_s > 0 else float("inf")
+    lines = [f"searched {result.enumerated:,} candidates in {result.wall_s:.2f} s: {result.simulated:,} simulated "
+             f"({rate:,.0f} per second on one core; {result.simulations:,} distinct pipeline flushes and data-parallel "
+             "iterations run)"]
+    for reason, count in result.removed.items():
+        text = REASONS[reason]
+        if reason == "tp":
+            text += f"; here tp <= {request.max_tp}"
+        lines.append(f"  removed {count:>9,}  {text}")
+    return lines
+
+
+def top_table(result: PlanResult) -> list[str]:
+    from sim.planner.explain import parts_s
+
+    head = (f" {'#':>2} {'GPUs':>5} {'dp x pp x tp':>13} {'batch':>6} {'micro':>5} {'sched':>5}  {'synchronisation':<38}"
+            f"{'iteration':>10} {'compute':>10} {'TP allr.':>10} {'bubble':>10} {'exposed':>10} {'codec':>10} "
+            f"{'memory':>9} {'samples/s':>10}")
+    lines = [head]
+    for rank, (c, same) in enumerate(result.distinct(result.request.top), start=1):
+        o, la = c.outcome, c.layout
+        assert o is not None
+        parts = parts_s(o)
+        sync = c.sync.label() + (f" (+{len(same)} equal)" if same else "")
+        lines.append(
+            f" {rank:>2} {la.gpus:>5} {f'{la.dp} x {la.pp} x {la.tp}':>13} {la.batch:>6} {la.micro_batches:>5} "
+            f"{la.schedule if la.pp > 1 else '-':>5}  {sync:<38}{human_seconds(o.iteration_time_s):>10} "
+            f"{human_seconds(parts['compute']):>10} {human_seconds(o.tp_comm_time_s):>10} "
+            f"{human_seconds(o.bubble_time_s):>10} {human_seconds(o.exposed_comm_time_s):>10} "
+            f"{human_seconds(o.codec_time_s):>10} {human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}")
+    return lines
+
+
+def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> int:
+    from experiments.plan_report import draw_pareto, write_candidates_csv, write_winner
+    from sim.planner import plan_search
+    from sim.planner.explain import why
+    from sim.planner.verify import confirm, verify
+
+    print("\n".join(header(request)), flush=True)
+    result = plan_search(request)
+    print("\n".join(summary(result)))
+    print()
+    print("\n".join(top_table(result)))
+    print("  (compute: forward + backward + optimizer of the busiest stage, without its TP allreduces; codec time is "
+          "inside communication)")
+    print(f"\nwhy: {why(result)}")
+    start = time.perf_counter()
+    confirmed = confirm(result, request.top)
+    print(f"checked: simulate() of the top {len(confirmed)} gives the planner's figures "
+          f"({time.perf_counter() - start:.1f} s)")
+    if verify_k:
+        print()
+        print("\n".join(verification_lines(verify(result, verify_k))))
+    out = out_dir or default_out(request)
+    csv_path, rows = write_candidates_csv(result, out / "candidates.csv")
+    plots = draw_pareto(result, out / "pareto")
+    winner = write_winner(result, out / "winner.yaml")
+    print(f"\nwrote {csv_path} ({rows:,} rows), {', '.join(str(p) for p in plots)}, {winner}")
+    print(f"reproduce the winner: scalebench simulate {winner}")
+    return 0
+
+
+def verification_lines(v) -> list[str]:
+    lines = [f"verify: the best {len(v.rows)} in detailed mode (every rank and flow)",
+             f" {'#':>2} {'fast':>10} {'detailed':>10} {'diff':>7}  candidate"]
+    for row in v.rows:
+        if row.detailed_s is None:
+            lines.append(f" {row.rank:>2} {human_seconds(row.fast_s):>10} {'-':>10} {'-':>7}  {row.candidate.label()}")
+            lines.append(f"    {row.reason}")
+        else:
+            lines.append(f" {row.rank:>2} {human_seconds(row.fast_s):>10} {human_seconds(row.detailed_s):>10} "
+                         f"{100 * (row.difference or 0.0):>+6.2f}%  {row.candidate.label()}")
+    lines.append(f"verify: {v.summary}")
+    return lines

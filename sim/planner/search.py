@@ -1,0 +1,221 @@
+"""The search: every candidate of the space, the rules that remove some, the rest simulated and
+ranked by the objective, the Pareto fronts, and one sentence on why the winner wins.
+
+Objectives (all per sample, so candidates with different global batches compare; with a fixed
+``global_batch`` they order exactly as per-iteration figures would):
+
+- ``time``: seconds per sample = iteration time / (dp x per-replica batch), minimised: the wall time
+  of a training run of a fixed number of samples;
+- ``samples_per_s``: its reciprocal, maximised (the same order, shown as throughput);
+- ``gpu_hours``: GPUs x seconds per sample, minimised: what the run costs in GPU time.
+
+Ties (equal objective to 1e-12) go to fewer GPUs, then to the earlier candidate of the space.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sim.errors import ConfigError
+from sim.planner.evaluate import Evaluator, Outcome, Rejection
+from sim.planner.request import PlanRequest
+from sim.planner.space import REASONS, Layout, Rejected, Sync, layouts, syncs
+
+RULE_ORDER = ("tp", "pp_modules", "max_pp", "placement", "global_batch", "memory", "library")
+"""The rules in the order they apply: the first one a candidate breaks is its reason."""
+TIE_REL = 1e-12
+
+
+@dataclass(slots=True)
+class Candidate:
+    index: int
+    layout: Layout
+    sync: Sync
+    outcome: Outcome | None = None
+    reason: str = ""
+    """Empty when simulated; else a key of space.REASONS."""
+    detail: str = ""
+    memory_bytes: float = 0.0
+
+    @property
+    def samples(self) -> int:
+        return self.layout.global_batch
+
+    @property
+    def time_per_sample_s(self) -> float:
+        assert self.outcome is not None
+        return self.outcome.iteration_time_s / self.samples
+
+    @property
+    def gpu_s_per_sample(self) -> float:
+        return self.layout.gpus * self.time_per_sample_s
+
+    def objective_value(self, objective: str) -> float:
+        """What is minimised (samples_per_s: seconds per sample, the reciprocal)."""
+        return self.gpu_s_per_sample if objective == "gpu_hours" else self.time_per_sample_s
+
+    def label(self) -> str:
+        return f"{self.layout.label()}; {self.sync.label()}"
+
+    def spec(self, request: PlanRequest) -> dict:
+        """The candidate as a scenario mapping (``scalebench simulate``'s keys)."""
+        return candidate_spec(request, self.layout, self.sync)
+
+
+def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
+    """A scenario mapping that ``sim.config.scenario_from_dict`` turns into the candidate's scenario."""
+    w, c, base = request.workload, request.cluster, request.strategy
+    workload: dict = {"model": w.name, "batch_size": layout.batch, "optimizer": w.optimizer}
+    from sim.workload import zoo_names
+
+    if w.name not in zoo_names() or w.source == "inline config":
+        workload["layers"] = [{"layer": x.name, "kind": x.kind, "param_count": x.param_count, "fwd_flops": x.fwd_flops,
+                               "bwd_flops": x.bwd_flops, "activation_elems": x.activation_elems,
+                               **({"fwd_time_s": x.fwd_time_s, "bwd_time_s": x.bwd_time_s} if x.fwd_time_s is not None else {})}
+                              for x in w.layers]
+    strategy: dict = {
+        "kind": "hybrid" if layout.tp * layout.pp > 1 else "data_parallel", "tp": layout.tp, "pp": layout.pp,
+        "micro_batches": layout.micro_batches, "schedule": layout.schedule, "backend": sync.backend,
+        "collective": sync.collective, "bucket_mib": sync.bucket_mib, "precision": base.precision,
+        "stage_balance": base.stage_balance, "overlap": base.overlap, "ps_servers": base.ps_servers,
+        "ps_layout": base.ps_layout,
+    }
+    if base.protocol is not None:
+        strategy["protocol"] = base.protocol
+    if sync.codec is not None:
+        strategy["codec"], strategy["codec_path"] = sync.codec, sync.codec_path
+    spec = {
+        "name": f"plan-{w.name}-{layout.gpus}",
+        "workload": workload,
+        "cluster": {"gpus": layout.gpus, "gpus_per_node": c.gpus_per_node, "gpu": c.gpu.name,
+                    "intra_link": c.intra_link.name, "inter_link": c.inter_link.name,
+                    "nics_per_node": c.nics_per_node, "oversubscription": c.oversubscription},
+        "strategy": strategy,
+    }
+    if request.catalog_spec:
+        spec["catalog"] = request.catalog_spec
+    return spec
+
+
+@dataclass
+class PlanResult:
+    request: PlanRequest
+    candidates: list[Candidate]
+    """Every candidate that reached the simulator's doorstep: simulated or removed by memory or the library."""
+    rejected_layouts: list[Rejected]
+    ranked: list[Candidate]
+    """Simulated candidates, best first."""
+    removed: dict[str, int] = field(default_factory=dict)
+    """Reason -> candidates it removed (layout rules count every candidate the layout stood for)."""
+    wall_s: float = 0.0
+    simulations: int = 0
+
+    @property
+    def enumerated(self) -> int:
+        return len(self.candidates) + sum(r.candidates for r in self.rejected_layouts)
+
+    @property
+    def simulated(self) -> int:
+        return len(self.ranked)
+
+    @property
+    def winner(self) -> Candidate:
+        return self.ranked[0]
+
+    def per_iteration(self) -> bool:
+        """Whether every simulated candidate processes the same samples per iteration (fixed global batch)."""
+        return len({c.samples for c in self.ranked}) <= 1
+
+    def distinct(self, limit: int | None = None) -> list[tuple[Candidate, list[Candidate]]]:
+        """The ranking with exact ties of one layout folded into its first candidate (the others
+        differ only in choices that change nothing here, e.g. NCCL's auto running the ring anyway)."""
+        out: list[tuple[Candidate, list[Candidate]]] = []
+        objective = self.request.objective
+        for c in self.ranked:
+            if out:
+                head, same = out[-1]
+                a, b = head.objective_value(objective), c.objective_value(objective)
+                if head.layout == c.layout and abs(a - b) <= TIE_REL * max(abs(a), abs(b)):
+                    same.append(c)
+                    continue
+            if limit is not None and len(out) == limit:
+                break
+            out.append((c, []))
+        return out
+
+
+def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> PlanResult:
+    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left."""
+    start = time.perf_counter()
+    evaluator = evaluator or Evaluator(request)
+    candidates: list[Candidate] = []
+    rejected: list[Rejected] = []
+    sync_lists: dict[tuple[int, int, int, int], list[Sync]] = {}
+    for item in layouts(request):
+        if isinstance(item, Rejected):
+            rejected.append(item)
+            continue
+        key = (item.gpus, item.tp, item.pp, item.dp)
+        if key not in sync_lists:
+            sync_lists[key] = syncs(request, *key)
+        for sync in sync_lists[key]:
+            c = Candidate(len(candidates), item, sync)
+            try:
+                c.outcome = evaluator.evaluate(item, sync)
+                c.memory_bytes = c.outcome.memory_bytes
+            except Rejection as err:
+                c.reason, c.detail, c.memory_bytes = err.reason, err.detail, err.memory_bytes
+            candidates.append(c)
+    objective = request.objective
+    ranked = sorted((c for c in candidates if c.outcome is not None),
+                    key=lambda c: (c.objective_value(objective), c.layout.gpus, c.index))
+    removed = {reason: 0 for reason in RULE_ORDER}
+    for r in rejected:
+        removed[r.reason] += r.candidates
+    for c in candidates:
+        if c.reason:
+            removed[c.reason] += 1
+    result = PlanResult(request, candidates, rejected, ranked, {k: v for k, v in removed.items() if v},
+                        time.perf_counter() - start, evaluator.simulations)
+    if not ranked:
+        raise no_plan(result)
+    return result
+
+
+class NoPlan(ConfigError):
+    """No candidate is left: the message says which rule removed the last ones."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(field_name, None, message)
+        self.args = (f"{field_name}: {message}",)
+
+
+def no_plan(result: PlanResult) -> NoPlan:
+    request = result.request
+    left = result.enumerated
+    culprit = RULE_ORDER[-1]
+    for rule in RULE_ORDER:
+        left -= result.removed.get(rule, 0)
+        if left <= 0:
+            culprit = rule
+            break
+    model, gpus = request.workload.name, "/".join(str(g) for g in request.gpu_counts)
+    where = f"{model} on {gpus} GPUs"
+    if culprit == "memory":
+        fits = [c for c in result.candidates if c.reason == "memory"]
+        best = min(fits, key=lambda c: c.memory_bytes)
+        limit = request.memory_limit_bytes / 2**30
+        own = request.memory_limit_bytes < request.cluster.gpu.memory_bytes
+        return NoPlan("--max-memory-gib" if own else "memory per rank",
+                      f"every layout of {where} needs more than {limit:g} GiB per GPU; the smallest needs "
+                      f"{best.memory_bytes / 2**30:.1f} GiB at tp {best.layout.tp}, pp {best.layout.pp} "
+                      f"(dp {best.layout.dp}, {best.layout.micro_batches} micro-batches"
+                      f"{', ' + best.layout.schedule if best.layout.pp > 1 else ''}; allow more GPUs with --max-gpus, "
+                      f"a smaller batch, or more tensor parallelism with --max-tp)")
+    last = [r for r in result.rejected_layouts if r.reason == culprit]
+    example = last[-1].detail if last else next(c.detail for c in result.candidates if c.reason == culprit)
+    flags = {"tp": "--max-tp", "max_pp": "--max-pp", "global_batch": "--global-batch", "pp_modules": "--model",
+             "placement": "--gpus", "library": "--backends/--collectives"}
+    return NoPlan(flags.get(culprit, "plan"), f"no candidate of {where} is left: the last ones were removed "
+                  f"because {REASONS[culprit]} (e.g. {example})")
