@@ -12,12 +12,19 @@ repetitions: 1
 seed: 0
 max_points: 10000
 iterations: 200          # optional: each point is a multi-iteration run (sim.run.simulate_run)
+plan: {objective: time, global_batch: 512}   # optional: each point is a plan (scalebench plan)
 ```
 
 With ``iterations``, every simulated point runs ``simulate_run(scenario, iterations)``: stragglers
 (``heterogeneity:``), failures (``faults:``) and asynchronous parameter servers only exist over
 many iterations, and the row holds the run's metrics (samples/s, effective samples/s, staleness,
 lost work, restarts) instead of one iteration's.
+
+With ``plan``, every point is a search (``sim.planner``: the keys of ``scalebench plan``'s options,
+``sim.planner.request.PLAN_KEYS``) over the point's workload and cluster, and its row is the winner's:
+its layout, library and codec in the config columns, its simulated iteration in the metrics, and
+the search's own columns (``plan_*``). The strategy section then holds only the fields a plan keeps
+fixed (precision, ...). A sweep over clusters shows the best configuration of each.
 
 Everything is validated on load, before anything runs: an unknown key, a wrong type, an empty
 axis or more than ``max_points`` points is a one-line ``ConfigError`` naming the field.
@@ -43,7 +50,7 @@ CASE_AXIS = "case"
 """A sweep axis of named cases, each setting several fields together (not a cartesian product)."""
 EXPERIMENT_KEYS = (
     *SCENARIO_KEYS, "sweep", "backend", "repetitions", "seed", "max_points", "real", "calibration",
-    "tolerance", "iterations",
+    "tolerance", "iterations", "plan",
 )
 REAL_CALL_KEYS = ("iterations", "warmup", "timeout_s", "link", "topology")
 """Keys of the ``real:`` section that are arguments of ``real.measure.measure_point``; the
@@ -100,6 +107,8 @@ class Experiment:
     """The config as written (saved beside the results)."""
     iterations: int | None = None
     """Set: every simulated point is a run of this many iterations (sim.run.simulate_run)."""
+    plan: dict[str, Any] | None = None
+    """Set: every point is a plan search with these options (sim.planner), its row the winner's."""
 
     @property
     def gpu_axis(self) -> str | None:
@@ -242,6 +251,7 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
         tolerance=_tolerance(raw.get("tolerance")),
         raw=copy.deepcopy(raw),
         iterations=_iterations(raw.get("iterations"), raw.get("backend", "sim")),
+        plan=_plan(raw),
     )
     total = count_points(experiment)
     if total > experiment.max_points:
@@ -313,6 +323,23 @@ def _iterations(value: Any, backend: Any) -> int | None:
     return iterations
 
 
+def _plan(raw: dict[str, Any]) -> dict[str, Any] | None:
+    from sim.planner.request import PLAN_KEYS
+
+    spec = raw.get("plan")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict):
+        raise ConfigError("plan", _short(spec), "a mapping with keys " + ", ".join(PLAN_KEYS))
+    reject_unknown_keys("plan", spec, PLAN_KEYS)
+    for key in ("iterations", "calibration"):
+        if raw.get(key) is not None:
+            raise ConfigError(key, _short(raw[key]), "absent with plan: (a plan's points are single simulated iterations)")
+    if raw.get("backend", "sim") != "sim":
+        raise ConfigError("backend", raw["backend"], "sim with plan: (plans are searched in simulation)")
+    return copy.deepcopy(spec)
+
+
 def _tolerance(spec: Any) -> dict[str, float] | None:
     if spec is None:
         return None
@@ -368,15 +395,20 @@ def expand(experiment: Experiment, catalog: Catalog | None = None) -> tuple[list
     for values in itertools.product(*(experiment.axes[n] for n in names)):
         spec, labels = _combination_spec(experiment, dict(zip(names, values, strict=False)))
         try:
-            scenario = scenario_from_dict(spec, catalog)
-            if experiment.iterations is not None:
-                from sim.run import check_run_size
+            if experiment.plan is not None:
+                from sim.planner import plan_request_from_dict
 
-                check_run_size(experiment.iterations, scenario.cluster.world_size)
-            elif "sim" in sources:
-                from sim.simulate import check_one_iteration
+                plan_request_from_dict({**spec, "plan": experiment.plan}, catalog)
+            else:
+                scenario = scenario_from_dict(spec, catalog)
+                if experiment.iterations is not None:
+                    from sim.run import check_run_size
 
-                check_one_iteration(scenario)
+                    check_run_size(experiment.iterations, scenario.cluster.world_size)
+                elif "sim" in sources:
+                    from sim.simulate import check_one_iteration
+
+                    check_one_iteration(scenario)
             if experiment.calibration:
                 from sim.calibration import throughput_calibrated_scenario as calibrated_scenario
 

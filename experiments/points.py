@@ -23,6 +23,8 @@ POINT_ID_CHARS = 16
 def point_id(point: Point, experiment: Experiment) -> str:
     """Stable hash of everything that determines the point's result (not its axis labels)."""
     key = {"spec": point.spec, "source": point.source, "calibration": experiment.calibration}
+    if experiment.plan is not None:
+        key["plan"] = experiment.plan
     if experiment.iterations is not None and point.source == "sim":
         key["iterations"] = experiment.iterations
     if point.source == "real":
@@ -65,6 +67,10 @@ def run_sim_payload(payload: dict[str, Any]) -> dict[str, Any]:
     row: one iteration's (``simulate``), or with ``iterations`` a run's (``simulate_run``)."""
     from sim.config import scenario_columns
 
+    if payload.get("plan") is not None:
+        from experiments.plan_points import plan_columns
+
+        return plan_columns(payload["spec"], payload["plan"])
     if payload.get("iterations"):
         return run_columns(payload["spec"], payload["calibration"], payload["iterations"])
     scenario, result = simulate_spec(payload["spec"], payload["calibration"])

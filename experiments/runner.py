@@ -222,7 +222,7 @@ def _axes_text(axes: dict[str, Any]) -> str:
 def _run_sim(pids: list[str], by_id: dict[str, Point], experiment: Experiment, jobs: int, executor: str,
              address: str | None) -> Iterator[tuple[str, dict[str, Any] | ConfigError]]:
     payloads = [{"point_id": pid, "spec": by_id[pid].spec, "calibration": experiment.calibration,
-                 "iterations": experiment.iterations} for pid in pids]
+                 "iterations": experiment.iterations, "plan": experiment.plan} for pid in pids]
     if not payloads:
         return
     if jobs == 1 and executor == "process":

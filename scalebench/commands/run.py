@@ -60,7 +60,12 @@ def run(args: argparse.Namespace) -> int:
     from experiments.store import ResultDir
 
     store = ResultDir(out_dir)
-    print(efficiency_table(store.read_csv(), store.meta()))
+    if experiment.plan is not None:
+        from experiments.plan_points import plan_table
+
+        print(plan_table(store.read_csv(), store.meta()))
+    else:
+        print(efficiency_table(store.read_csv(), store.meta()))
     if args.plot:
         from experiments.plots import plot_results
 
