@@ -90,7 +90,7 @@ def why(result: PlanResult) -> str:
     per_iteration = result.per_iteration()
     w = result.winner
     r, ties = runner_up(result)
-    tie_note = f" ({ties} other candidate{'s' if ties > 1 else ''} tie with it)" if ties else ""
+    tie_note = (f" ({ties} other candidates tie with it)" if ties > 1 else " (1 other candidate ties with it)") if ties else ""
     if r is None:
         return f"Only one outcome is possible here{tie_note}: every candidate simulated takes the same time."
     assert w.outcome is not None and r.outcome is not None
