@@ -64,9 +64,10 @@ def plan_table(df: pd.DataFrame, meta: dict[str, Any]) -> str:
         if isinstance(r.get("plan_error"), str) and r["plan_error"]:
             rows.append({**row, "best configuration": f"none: {r['plan_error']}"})
             continue
-        codec = f", {r['codec']}" if r.get("codec") and r["codec"] != r.get("precision") else ""
+        codec = (f", {r['codec']} by {r['codec_path']}" if r.get("codec") and r["codec"] != r.get("precision") else "")
+        m = int(r["micro_batches"])
         layout = (f"{int(r['world_size'])} GPUs, dp {int(r['dp'])} x pp {int(r['pp'])} x tp {int(r['tp'])}, "
-                  f"{int(r['micro_batches'])} micro-batches{' ' + str(r['schedule']) if int(r['pp']) > 1 else ''}, "
+                  f"{m} micro-batch{'es' if m > 1 else ''}{' ' + str(r['schedule']) if int(r['pp']) > 1 else ''}, "
                   f"{r['backend']} {r['collective']}{codec}, bucket {r['bucket_mib']:g} MiB")
         rows.append({**row, "best configuration": layout,
                      "iteration": f"{1e3 * r['iteration_time_s']:.1f} ms",

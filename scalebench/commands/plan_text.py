@@ -32,11 +32,18 @@ def header(request: PlanRequest) -> list[str]:
         batch = (f"batch {w.batch_size} per replica, whatever dp is (weak scaling: the workload's batch; "
                  "--global-batch fixes the total instead)")
     return [
-        f"scalebench plan: {w.name} ({w.param_count / 1e9:.3g} B parameters, {w.optimizer}) on {c.gpu.name}, "
+        f"scalebench plan: {w.name} ({_count(w.param_count)} parameters, {w.optimizer}) on {c.gpu.name}, "
         f"{c.gpus_per_node} per node, intra {c.intra_link.name}, inter {c.inter_link.name} x {c.nics_per_node}",
         f"  GPUs {counts}; {request.precision}; {batch}; memory per GPU {human_bytes(request.memory_limit_bytes)}",
         f"  objective {OBJECTIVE_TEXT[request.objective]}",
     ]
+
+
+def _count(n: float) -> str:
+    for scale, suffix in ((1e12, " T"), (1e9, " B"), (1e6, " M"), (1e3, " k")):
+        if n >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:.0f}"
 
 
 def summary(result: PlanResult) -> list[str]:

@@ -54,8 +54,9 @@ class Layout:
         return self.dp * self.batch
 
     def label(self) -> str:
-        pipe = f", {self.micro_batches} micro-batches {self.schedule}" if self.pp > 1 else (
-            f", {self.micro_batches} micro-batches" if self.micro_batches > 1 else "")
+        micro = f"{self.micro_batches} micro-batch{'es' if self.micro_batches > 1 else ''}"
+        pipe = f", {micro} {self.schedule}" if self.pp > 1 and self.micro_batches > 1 else (
+            f", {micro}" if self.micro_batches > 1 or self.pp > 1 else "")
         return f"{self.gpus} GPUs: dp {self.dp} x pp {self.pp} x tp {self.tp}, batch {self.batch}/replica{pipe}"
 
 
@@ -120,8 +121,15 @@ def layouts(request: PlanRequest) -> Iterator[Layout | Rejected]:
                     continue
                 batch = request.global_batch // dp if request.global_batch else request.workload.batch_size
                 for m in micro_batch_counts(batch, request.max_micro_batches):
-                    for schedule in request.schedules if pp > 1 else request.schedules[:1]:
+                    for schedule in request.schedules if pp > 1 and m > 1 else _one_schedule(request):
                         yield Layout(gpus, tp, pp, dp, batch, m, schedule)
+
+
+def _one_schedule(request: PlanRequest) -> tuple[str, ...]:
+    """One micro-batch runs the same under both schedules; one stage has no pipeline to schedule
+    (the engine still orders its micro-batches by the schedule, which rounds the last bit
+    differently): both run the strategy's default, 1f1b."""
+    return ("1f1b",) if "1f1b" in request.schedules else request.schedules[:1]
 
 
 def _layout_rule(request: PlanRequest, gpus: int, nodes: int, tp: int, pp: int, dp: int,
@@ -147,8 +155,8 @@ def _layout_candidates(request: PlanRequest, gpus: int, tp: int, pp: int, dp: in
     if request.global_batch:
         batch = max(1, request.global_batch // dp)
     micro = micro_batch_counts(batch, request.max_micro_batches)
-    schedules = len(request.schedules) if pp > 1 else 1
-    return max(1, len(micro)) * schedules * len(syncs(request, gpus, tp, pp, dp))
+    per_sync = sum(len(request.schedules) if pp > 1 and m > 1 else 1 for m in micro)
+    return max(1, per_sync) * len(syncs(request, gpus, tp, pp, dp))
 
 
 def syncs(request: PlanRequest, gpus: int, tp: int, pp: int, dp: int) -> list[Sync]:

@@ -1,0 +1,129 @@
+"""``scalebench plan`` end to end (what it prints, the files it writes, the winner reproduced by
+``scalebench simulate``, --verify), its one-line errors, and experiments with a ``plan:`` section."""
+
+from __future__ import annotations
+
+import csv
+import re
+
+import pytest
+
+from experiments.config import experiment_from_dict
+from experiments.runner import run_experiment
+from experiments.store import ResultDir
+from scalebench.cli import main
+from sim.config import load_scenario
+from sim.errors import ConfigError
+from sim.planner import plan_request_from_dict, plan_search
+from sim.simulate import simulate
+
+BERT = ["--model", "bert_large", "--batch-size", "8", "--gpus", "8", "--gpus-per-node", "4", "--gpu", "v100",
+        "--intra-link", "nvlink2", "--inter-link", "tcp_25gbe"]
+
+
+def test_plan_prints_writes_and_reproduces(tmp_path, capsys):
+    code = main(["plan", *BERT, "--max-gpus", "16", "--backends", "nccl", "--bucket-mib", "25", "--top", "3",
+                 "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    enumerated = int(re.search(r"searched ([\d,]+) candidates", out).group(1).replace(",", ""))
+    assert "why: The winner beats the runner-up (" in out
+    assert "checked: simulate() of the top 3 gives the planner's figures" in out
+    with open(tmp_path / "candidates.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sum(int(r["candidates"]) for r in rows) == enumerated
+    first = next(r for r in rows if r["rank"] == "1")
+    again = simulate(load_scenario(tmp_path / "winner.yaml"))  # what 'scalebench simulate winner.yaml' runs
+    assert again.iteration_time_s == float(first["iteration_time_s"])
+    assert {r["status"] for r in rows} <= {"simulated", "removed"}
+    assert (tmp_path / "pareto.png").stat().st_size > 0 and (tmp_path / "pareto.svg").stat().st_size > 0
+    assert not list(tmp_path.glob(".*.tmp"))  # nothing half-written left behind
+
+
+def test_plan_verify_counts_what_detailed_refuses(tmp_path, capsys):
+    code = main(["plan", "--model", "small_transformer", "--gpus", "8", "--gpus-per-node", "2", "--gpu", "v100",
+                 "--global-batch", "32", "--backends", "nccl", "--collectives", "tree", "--codecs", "none",
+                 "--bucket-mib", "25", "--verify", "3", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "not verifiable: simulation.fidelity: got 'detailed'; allowed: fast for collective=tree" in out
+    assert re.search(r"verify: .*(ranking holds|ranking changes|no order to check)", out)
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--objective", "fast"], "--objective"), (["--max-gpus", "4"], "--max-gpus"), (["--top", "0"], "--top"),
+    (["--verify", "-1"], "--verify"), (["--global-batch", "0"], "--global-batch"),
+    (["--backends", "nccl,foo"], "--backends"), (["--codecs", "fp7"], "--codecs"), (["--bucket-mib", "x"], "--bucket-mib"),
+    (["--gpu", "v101"], "--gpu"), (["--max-memory-gib", "1000"], "--max-memory-gib"), (["--max-tp", "0"], "--max-tp"),
+    (["--model", "gpt5"], "--model"), (["--precision", "fp64"], "--precision"), (["--top", "x"], "--top"),
+])
+def test_plan_bad_flags_are_one_line_naming_the_flag(args, flag, capsys):
+    try:
+        code = main(["plan", *BERT, *args])
+    except SystemExit as exit_:  # argparse's own type errors
+        code = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and flag in err, err
+
+
+def test_plan_nothing_fits_is_exit_2_naming_the_constraint(tmp_path, capsys):
+    code = main(["plan", "--model", "gpt2_xl", "--gpus", "1", "--gpu", "k80", "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "memory per rank: every layout of gpt2_xl on 1 GPUs needs more than 12 GiB per GPU; the smallest needs" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_plan_reads_a_cluster_yaml(tmp_path, capsys):
+    path = tmp_path / "cluster.yaml"
+    path.write_text("gpus: 8\ngpus_per_node: 4\ngpu: v100\nintra_link: nvlink2\ninter_link: ib_edr\n")
+    code = main(["plan", str(path), "--model", "resnet50", "--backends", "nccl", "--codecs", "none",
+                 "--bucket-mib", "25", "--out", str(tmp_path / "out")])
+    assert code == 0
+    assert "on v100, 4 per node, intra nvlink2, inter ib_edr" in capsys.readouterr().out
+
+
+PLAN_SWEEP = {
+    "name": "plan_sweep",
+    "workload": {"model": "bert_large", "batch_size": 8},
+    "cluster": {"gpus": 16, "gpus_per_node": 4, "gpu": "v100", "intra_link": "nvlink2"},
+    "plan": {"backends": ["nccl"], "codecs": ["none"], "bucket_mib": [25]},
+    "sweep": {"cluster.inter_link": ["tcp_10gbe", "ib_edr"]},
+}
+
+
+def test_experiment_plan_section_rows_are_the_winners(tmp_path):
+    experiment = experiment_from_dict(PLAN_SWEEP)
+    run_experiment(experiment, tmp_path, jobs=1, progress=False, log=lambda _: None)
+    rows = ResultDir(tmp_path).read_csv()
+    assert len(rows) == 2
+    for _, r in rows.iterrows():
+        spec = {k: v for k, v in PLAN_SWEEP.items() if k in ("workload", "plan")}
+        spec["cluster"] = {**PLAN_SWEEP["cluster"], "inter_link": r["cluster.inter_link"]}
+        winner = plan_search(plan_request_from_dict(spec)).winner
+        assert (r["dp"], r["pp"], r["tp"], r["micro_batches"], r["collective"]) == (
+            winner.layout.dp, winner.layout.pp, winner.layout.tp, winner.layout.micro_batches, winner.sync.collective)
+        assert r["iteration_time_s"] == winner.outcome.iteration_time_s
+        assert r["plan_simulated"] > 0 and "The winner beats" in r["plan_why"]
+
+
+def test_experiment_plan_point_where_nothing_fits(tmp_path):
+    config = {**PLAN_SWEEP, "name": "plan_nofit", "workload": {"model": "gpt2_xl", "batch_size": 1},
+              "cluster": {"gpus": 1, "gpus_per_node": 1}, "sweep": {"cluster.gpu": ["k80", "a100"]}}
+    run_experiment(experiment_from_dict(config), tmp_path, jobs=1, progress=False, log=lambda _: None)
+    rows = ResultDir(tmp_path).read_csv().set_index("cluster.gpu")
+    assert rows.loc["k80", "plan_error"].startswith("memory per rank: every layout of gpt2_xl")
+    assert rows.loc["a100", "iteration_time_s"] > 0
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"plan": {"objective": "fast"}}, "plan.objective"), ({"plan": {"foo": 1}}, "plan.foo"),
+    ({"iterations": 10}, "iterations"), ({"backend": "real"}, "backend"), ({"plan": [1]}, "plan"),
+])
+def test_experiment_plan_section_is_checked_on_load(change, field):
+    with pytest.raises(ConfigError) as err:
+        from experiments.config import expand
+
+        expand(experiment_from_dict({**PLAN_SWEEP, **change}))
+    assert err.value.field == field
