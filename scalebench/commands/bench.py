@@ -1,5 +1,7 @@
-"""scalebench bench: how fast the simulator itself is, at 64 to 16,384 GPUs, and on a
-1,024-worker asynchronous parameter-server run of 100 iterations (target: at most 2 s on 2 cores).
+"""scalebench bench: how fast the simulator itself is, at 64 to 16,384 GPUs, on a 1,024-worker
+asynchronous parameter-server run of 100 iterations (target: at most 2 s on 2 cores), and on a
+``scalebench plan`` search for GPT-2 XL on 64 A100s at a global batch of 512 (targets: at least
+1,000 candidates per second; a search of 10,000 candidates in at most 10 s).
 
 Each point runs in a fresh child process (``python -m scalebench.commands.bench --one ...``)
 so its wall time and peak memory (ru_maxrss) are its own; the table shows the median of
@@ -34,6 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--async-servers", type=int, default=8, help="parameter servers of the asynchronous run")
     parser.add_argument("--async-jitter-cv", type=float, default=0.2,
                         help="per-worker compute jitter (lognormal CV) of the asynchronous run")
+    parser.add_argument("--plan-model", default="gpt2_xl", help="model of the plan search")
+    parser.add_argument("--plan-gpus", type=int, default=64, help="GPUs of the plan search (8 A100 per node)")
+    parser.add_argument("--plan-global-batch", type=int, default=512, help="global batch of the plan search")
+    parser.add_argument("--plan-repeats", type=int, default=3, help="plan searches timed (median shown); 0 skips it")
+    parser.add_argument("--plan-flush", choices=("replay", "simpy"), default="replay",
+                        help="pipeline flushes replayed (the planner's way) or run through the event layer")
 
 
 def _scenario_spec(model: str, gpus: int, per_node: int, collective: str) -> dict:
@@ -72,6 +80,69 @@ def measure_run(spec: dict, iterations: int) -> dict:
     return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "events": result.events,
             "updates": result.updates, "samples_per_s": result.samples_per_s,
             "staleness_mean": result.staleness_mean, "peak_rss_mib": peak_kib / 1024}
+
+
+def _plan_spec(args: argparse.Namespace) -> dict:
+    return {"workload": {"model": args.plan_model},
+            "cluster": {"gpus": args.plan_gpus, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3",
+                        "inter_link": "ib_hdr"},
+            "plan": {"global_batch": args.plan_global_batch}}
+
+
+def measure_plan(spec: dict, flush: str) -> dict:
+    """Time one plan search in this process (imports excluded; the request's parsing included)."""
+    import resource
+    import time
+
+    from sim.planner import plan_request_from_dict, plan_search
+    from sim.planner.evaluate import Evaluator
+
+    start = time.perf_counter()
+    cpu = time.process_time()
+    request = plan_request_from_dict(spec)
+    result = plan_search(request, Evaluator(request, flush=flush))
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "enumerated": result.enumerated,
+            "simulated": result.simulated, "simulations": result.simulations,
+            "winner": result.winner.label(), "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _bench_plan(args: argparse.Namespace) -> dict:
+    from sim.errors import require_positive
+
+    require_positive("--plan-repeats", args.plan_repeats, integer=True)
+    require_positive("--plan-gpus", args.plan_gpus, integer=True)
+    require_positive("--plan-global-batch", args.plan_global_batch, integer=True)
+    from sim.planner import plan_request_from_dict
+
+    spec = _plan_spec(args)
+    plan_request_from_dict(spec, names={"model": "--plan-model", "gpus": "--plan-gpus", "global_batch": "--plan-global-batch"})
+    runs = []
+    for _ in range(args.plan_repeats):
+        out = subprocess.run([sys.executable, "-m", "scalebench.commands.bench", "--plan", json.dumps(spec),
+                              args.plan_flush], capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout))
+    wall = statistics.median(r["wall_s"] for r in runs)
+    return {"runs": runs, "wall_s_median": wall, "wall_s_min": min(r["wall_s"] for r in runs),
+            "wall_s_max": max(r["wall_s"] for r in runs), "cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
+            "enumerated": runs[0]["enumerated"], "simulated": runs[0]["simulated"],
+            "simulations": runs[0]["simulations"], "per_s": runs[0]["simulated"] / wall,
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs), "winner": runs[0]["winner"]}
+
+
+def _plan_lines(args: argparse.Namespace, r: dict) -> list[str]:
+    return [
+        f"\nplan search: {args.plan_model} on {args.plan_gpus} a100 (8 per node, nvlink3 + ib_hdr), global batch "
+        f"{args.plan_global_batch}, every layout, library, codec and bucket; flush {args.plan_flush}; "
+        f"median of {args.plan_repeats} runs, one process",
+        f"{'candidates':>11} {'simulated':>10} {'wall (median)':>14} {'wall min-max':>16} {'cpu (median)':>13} "
+        f"{'simulated/s':>12} {'runs of the':>12} {'peak RSS':>10}",
+        f"{'':>11} {'':>10} {'s':>14} {'s':>16} {'s':>13} {'':>12} {'event layer':>12} {'MiB':>10}",
+        f"{r['enumerated']:>11,} {r['simulated']:>10,} {r['wall_s_median']:>14.2f} {r['wall_s_min']:>7.2f}-"
+        f"{r['wall_s_max']:<8.2f} {r['cpu_s_median']:>13.2f} {r['per_s']:>12,.0f} {r['simulations']:>12,} "
+        f"{r['peak_rss_mib']:>10.1f}",
+        f"  winner: {r['winner']}",
+    ]
 
 
 def measure_one(spec: dict) -> dict:
@@ -162,6 +233,7 @@ def _run(args: argparse.Namespace) -> int:
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
         })
     async_row = _bench_async(args) if args.async_workers else None
+    plan_row = _bench_plan(args) if args.plan_repeats else None
     if args.format == "table":
         print(f"scalebench bench: {args.model}, synchronous data parallel, {args.collective} allreduce, "
               f"{args.gpus_per_node} GPUs/node, v100 + nvlink2 + ib_edr; median of {args.repeats} runs")
@@ -181,6 +253,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{'':>7} {'s':>14} {'s':>13} {'':>8} {'':>8} {'':>12} {'mean':>10} {'MiB':>10}")
             print(f"{r['workers']:>7} {r['wall_s_median']:>14.3f} {r['cpu_s_median']:>13.3f} {r['events']:>8} "
                   f"{r['updates']:>8} {r['samples_per_s']:>12,.0f} {r['staleness_mean']:>10.1f} {r['peak_rss_mib']:>10.1f}")
+        if plan_row:
+            print("\n".join(_plan_lines(args, plan_row)))
     else:
         from scalebench.commands.common import format_rows, write_out
 
@@ -189,6 +263,11 @@ def _run(args: argparse.Namespace) -> int:
                          "wall_s_min": async_row["wall_s_min"], "wall_s_max": async_row["wall_s_max"],
                          "events": async_row["events"], "iteration_time_s": float("nan"),
                          "scaling_efficiency": float("nan"), "peak_rss_mib": async_row["peak_rss_mib"]})
+        if plan_row:  # a plan search: events = candidates simulated
+            rows.append({"gpus": args.plan_gpus, "wall_s_median": plan_row["wall_s_median"],
+                         "wall_s_min": plan_row["wall_s_min"], "wall_s_max": plan_row["wall_s_max"],
+                         "events": plan_row["simulated"], "iteration_time_s": float("nan"),
+                         "scaling_efficiency": float("nan"), "peak_rss_mib": plan_row["peak_rss_mib"]})
         write_out(format_rows(rows, args.format))
     return 0
 
@@ -218,7 +297,9 @@ def _bench_async(args: argparse.Namespace) -> dict:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 2:
+    if sys.argv[1] == "--plan":
+        print(json.dumps(measure_plan(json.loads(sys.argv[2]), sys.argv[3])))
+    elif len(sys.argv) > 2:
         print(json.dumps(measure_run(json.loads(sys.argv[1]), int(sys.argv[2]))))
     else:
         print(json.dumps(measure_one(json.loads(sys.argv[1]))))

@@ -60,24 +60,45 @@ def summary(result: PlanResult) -> list[str]:
     return lines
 
 
-def top_table(result: PlanResult) -> list[str]:
+HEAD = (f" {'#':>2} {'GPUs':>5} {'dp x pp x tp':>13} {'batch':>5} {'micro':>5} {'sched':>5} {'iteration':>10} "
+        f"{'compute':>10} {'TP allr.':>9} {'bubble':>9} {'exposed':>9} {'codec':>9} {'memory':>9} {'samples/s':>10}  "
+        "synchronisation")
+
+
+def _row(rank: int | str, c, note: str = "") -> str:
     from sim.planner.explain import parts_s
 
-    head = (f" {'#':>2} {'GPUs':>5} {'dp x pp x tp':>13} {'batch':>6} {'micro':>5} {'sched':>5}  {'synchronisation':<38}"
-            f"{'iteration':>10} {'compute':>10} {'TP allr.':>10} {'bubble':>10} {'exposed':>10} {'codec':>10} "
-            f"{'memory':>9} {'samples/s':>10}")
-    lines = [head]
-    for rank, (c, same) in enumerate(result.distinct(result.request.top), start=1):
-        o, la = c.outcome, c.layout
-        assert o is not None
-        parts = parts_s(o)
-        sync = c.sync.label() + (f" (+{len(same)} equal)" if same else "")
-        lines.append(
-            f" {rank:>2} {la.gpus:>5} {f'{la.dp} x {la.pp} x {la.tp}':>13} {la.batch:>6} {la.micro_batches:>5} "
-            f"{la.schedule if la.pp > 1 else '-':>5}  {sync:<38}{human_seconds(o.iteration_time_s):>10} "
-            f"{human_seconds(parts['compute']):>10} {human_seconds(o.tp_comm_time_s):>10} "
-            f"{human_seconds(o.bubble_time_s):>10} {human_seconds(o.exposed_comm_time_s):>10} "
-            f"{human_seconds(o.codec_time_s):>10} {human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}")
+    o, la = c.outcome, c.layout
+    assert o is not None
+    compute = parts_s(o)["compute"]
+    return (f" {rank:>2} {la.gpus:>5} {f'{la.dp} x {la.pp} x {la.tp}':>13} {la.batch:>5} {la.micro_batches:>5} "
+            f"{la.schedule if la.pp > 1 and la.micro_batches > 1 else '-':>5} {human_seconds(o.iteration_time_s):>10} "
+            f"{human_seconds(compute):>10} {human_seconds(o.tp_comm_time_s):>9} {human_seconds(o.bubble_time_s):>9} "
+            f"{human_seconds(o.exposed_comm_time_s):>9} {human_seconds(o.codec_time_s):>9} "
+            f"{human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}  {c.sync.label()}{note}")
+
+
+def top_table(result: PlanResult) -> list[str]:
+    """The top candidates, then the best candidate of each of the next dp x pp x tp layouts."""
+    top = result.request.top
+    lines = [HEAD]
+    for rank, (c, same) in enumerate(result.distinct(top), start=1):
+        lines.append(_row(rank, c, f" (+{len(same)} equal)" if same else ""))
+    seen = {(result.winner.layout.gpus, result.winner.layout.dp, result.winner.layout.pp, result.winner.layout.tp)}
+    others = []
+    for rank, c in enumerate(result.ranked, start=1):
+        key = (c.layout.gpus, c.layout.dp, c.layout.pp, c.layout.tp)
+        if key not in seen:
+            seen.add(key)
+            others.append((rank, c))
+        if len(others) == top:
+            break
+    if others:
+        lines.append(f"  the best of the next {len(others)} layouts (rank among all candidates; slower than the winner by):")
+        best = result.winner.objective_value(result.request.objective)
+        for rank, c in others:
+            gap = 100 * (c.objective_value(result.request.objective) / best - 1)
+            lines.append(_row("", c, f"  [#{rank:,}, +{gap:.2g} %]"))
     return lines
 
 

@@ -9,7 +9,8 @@ Objectives (all per sample, so candidates with different global batches compare;
 - ``samples_per_s``: its reciprocal, maximised (the same order, shown as throughput);
 - ``gpu_hours``: GPUs x seconds per sample, minimised: what the run costs in GPU time.
 
-Ties (equal objective to 1e-12) go to fewer GPUs, then to the earlier candidate of the space.
+Ties (equal objective) go to fewer GPUs, then to less memory per GPU, then to the earlier
+candidate of the space.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> Pla
             candidates.append(c)
     objective = request.objective
     ranked = sorted((c for c in candidates if c.outcome is not None),
-                    key=lambda c: (c.objective_value(objective), c.layout.gpus, c.index))
+                    key=lambda c: (c.objective_value(objective), c.layout.gpus, c.memory_bytes, c.index))
     removed = {reason: 0 for reason in RULE_ORDER}
     for r in rejected:
         removed[r.reason] += r.candidates
