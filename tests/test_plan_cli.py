@@ -71,7 +71,7 @@ def test_plan_nothing_fits_is_exit_2_naming_the_constraint(tmp_path, capsys):
     code = main(["plan", "--model", "gpt2_xl", "--gpus", "1", "--gpu", "k80", "--out", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
-    assert "memory per rank: every layout of gpt2_xl on 1 GPUs needs more than 12 GiB per GPU; the smallest needs" in err
+    assert "memory per rank: every layout of gpt2_xl on 1 GPU needs more than 12 GiB per GPU; the smallest needs" in err
     assert not list(tmp_path.iterdir())
 
 

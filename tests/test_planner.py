@@ -197,7 +197,7 @@ def test_nothing_fits_says_which_constraint():
     smallest = min(max(b.total_bytes for b in memory_per_rank(scenario_from_dict(
         {"workload": {"model": "gpt2_xl", "batch_size": 1}, "cluster": {"gpus": 1, "gpu": "k80"},
          "strategy": {"precision": req.precision}, "simulation": {"check_memory": False}}))), float("inf"))
-    assert text.startswith("memory per rank: every layout of gpt2_xl on 1 GPUs needs more than 12 GiB per GPU")
+    assert text.startswith("memory per rank: every layout of gpt2_xl on 1 GPU needs more than 12 GiB per GPU")
     assert f"the smallest needs {smallest / 2**30:.1f} GiB at tp 1, pp 1" in text
 
 

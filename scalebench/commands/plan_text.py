@@ -33,7 +33,8 @@ def header(request: PlanRequest) -> list[str]:
                  "--global-batch fixes the total instead)")
     return [
         f"scalebench plan: {w.name} ({_count(w.param_count)} parameters, {w.optimizer}) on {c.gpu.name}, "
-        f"{c.gpus_per_node} per node, intra {c.intra_link.name}, inter {c.inter_link.name} x {c.nics_per_node}",
+        f"{c.gpus_per_node} per node, intra {c.intra_link.name}, inter {c.inter_link.name} "
+        f"({c.nics_per_node} NIC{'s' if c.nics_per_node > 1 else ''} per node)",
         f"  GPUs {counts}; {request.precision}; {batch}; memory per GPU {human_bytes(request.memory_limit_bytes)}",
         f"  objective {OBJECTIVE_TEXT[request.objective]}",
     ]

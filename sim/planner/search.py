@@ -202,7 +202,7 @@ def no_plan(result: PlanResult) -> NoPlan:
             culprit = rule
             break
     model, gpus = request.workload.name, "/".join(str(g) for g in request.gpu_counts)
-    where = f"{model} on {gpus} GPUs"
+    where = f"{model} on {gpus} GPU{'' if request.gpu_counts == (1,) else 's'}"
     if culprit == "memory":
         fits = [c for c in result.candidates if c.reason == "memory"]
         best = min(fits, key=lambda c: c.memory_bytes)
@@ -211,7 +211,8 @@ def no_plan(result: PlanResult) -> NoPlan:
         return NoPlan("--max-memory-gib" if own else "memory per rank",
                       f"every layout of {where} needs more than {limit:g} GiB per GPU; the smallest needs "
                       f"{best.memory_bytes / 2**30:.1f} GiB at tp {best.layout.tp}, pp {best.layout.pp} "
-                      f"(dp {best.layout.dp}, {best.layout.micro_batches} micro-batches"
+                      f"(dp {best.layout.dp}, {best.layout.micro_batches} micro-batch"
+                      f"{'es' if best.layout.micro_batches > 1 else ''}"
                       f"{', ' + best.layout.schedule if best.layout.pp > 1 else ''}; allow more GPUs with --max-gpus, "
                       f"a smaller batch, or more tensor parallelism with --max-tp)")
     last = [r for r in result.rejected_layouts if r.reason == culprit]
