@@ -59,8 +59,8 @@ CASES = [
     # (workload, cluster, plan options, strategy): layouts, libraries, codecs, GPU counts, memory limits
     ({"model": "gpt2_xl", "batch_size": 4}, {"gpus": 16, "gpus_per_node": 4, "gpu": "v100", "intra_link": "nvlink2",
                                              "inter_link": "ib_edr"}, {"bucket_mib": [25, 100]}, None),
-    ({"model": "bert_large", "batch_size": 8}, {"gpus": 16, "gpus_per_node": 4, "gpu": "v100",
-                                                "intra_link": "nvlink2", "inter_link": "tcp_25gbe"},
+    ({"model": "bert_large"}, {"gpus": 16, "gpus_per_node": 4, "gpu": "v100", "intra_link": "nvlink2",
+                               "inter_link": "tcp_25gbe"},
      {"max_gpus": 32, "global_batch": 64, "backends": ["nccl", "gloo"], "bucket_mib": [25]}, None),
     ({"model": "resnet50"}, {"gpus": 16, **A100}, {"max_gpus": 16, "bucket_mib": [5, 100], "collectives": ["auto", "ring"]},
      {"precision": "fp32"}),
@@ -110,7 +110,7 @@ def test_memory_removals_are_sim_memory():
 
 
 def test_space_rules_and_counts():
-    req = request({"model": "small_transformer", "batch_size": 12}, {"gpus": 8, "gpus_per_node": 4, "gpu": "v100"},
+    req = request({"model": "small_transformer"}, {"gpus": 8, "gpus_per_node": 4, "gpu": "v100"},
                   {"global_batch": 12, "max_pp": 2, "backends": ["nccl"], "collectives": ["auto"],
                    "bucket_mib": [25]})
     result = plan_search(req)
@@ -228,3 +228,17 @@ def test_searched_strategy_fields_are_refused():
     with pytest.raises(ConfigError) as err:
         request({"model": "resnet50"}, {"gpus": 8, **A100}, strategy={"tp": 2})
     assert err.value.field == "strategy.tp"
+
+
+def test_contradictions_are_refused():
+    with pytest.raises(ConfigError) as err:
+        request({"model": "resnet50", "batch_size": 32}, {"gpus": 8, **A100}, {"global_batch": 256})
+    assert err.value.field == "workload.batch_size"
+    with pytest.raises(ConfigError) as err:
+        plan_request_from_dict({"workload": {"model": "resnet50"}, "cluster": {"gpus": 8, **A100},
+                                "simulation": {"fidelity": "detailed"}})
+    assert err.value.field == "simulation"
+    with pytest.raises(ConfigError) as err:  # a protocol only NCCL has, with gloo asked for
+        request({"model": "resnet50"}, {"gpus": 8, **A100}, {"backends": ["gloo"]}, {"protocol": "LL"})
+    assert err.value.field == "plan.backends"
+    assert request({"model": "resnet50"}, {"gpus": 8, **A100}, {}, {"protocol": "LL"}).backends == ("nccl",)

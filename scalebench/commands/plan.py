@@ -137,7 +137,7 @@ def _request(args: argparse.Namespace):
     from sim.planner import plan_request_from_dict
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
-    names = {key: _flag(key) for key in (*PLAN_FLAGS, *LIST_FLAGS, "model", "gpus")}
+    names = {key: _flag(key) for key in (*PLAN_FLAGS, *LIST_FLAGS, "model", "gpus", "batch_size")}
     return plan_request_from_dict(plan_spec_from_args(args), catalog, names)
 
 

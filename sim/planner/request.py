@@ -111,11 +111,15 @@ def default_precision(cluster: Cluster) -> str:
     return "fp32"
 
 
+SCENARIO_NAMES = {"model": "workload.model", "gpus": "cluster.gpus", "batch_size": "workload.batch_size"}
+"""Where a config holds what the plan's messages name (a flag on the command line)."""
+
+
 def _name_of(names: dict[str, str] | Callable[[str], str] | None) -> Callable[[str], str]:
     if callable(names):
         return names
     table = names or {}
-    return lambda key: table.get(key, f"plan.{key}")
+    return lambda key: table.get(key, SCENARIO_NAMES.get(key, f"plan.{key}"))
 
 
 def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
@@ -130,6 +134,10 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
     catalog = (catalog or builtin_catalog()).extended(spec.get("catalog"))
     if "workload" not in spec:
         raise ConfigError(name("model"), None, "a zoo model name or a workload section")
+    simulation = spec.get("simulation") or {}
+    if not isinstance(simulation, dict) or set(simulation) - {"seed"}:
+        raise ConfigError("simulation", simulation, "at most {seed: N}: a plan simulates on the fast path with the "
+                          "memory check on (--verify K re-runs the best in detailed mode)")
     workload = workload_from_dict(spec["workload"])
     cluster_spec = dict(spec.get("cluster") or {})
     if "gpus" not in cluster_spec and "nodes" not in cluster_spec:
@@ -158,6 +166,9 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
     global_batch = opt("global_batch")
     if global_batch is not None:
         global_batch = require_positive(name("global_batch"), global_batch, integer=True)
+        if isinstance(spec["workload"], dict) and "batch_size" in spec["workload"]:
+            raise ConfigError(name("batch_size"), spec["workload"]["batch_size"],
+                              f"absent with {name('global_batch')} (the batch per replica is then the global batch / dp)")
     max_tp = require_positive(name("max_tp"), opt("max_tp", g), integer=True)
     max_pp = opt("max_pp")
     if max_pp is not None:
@@ -171,7 +182,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         if gib * GIB > limit:
             raise ConfigError(name("max_memory_gib"), gib, f"at most the {limit / GIB:g} GiB of a {cluster.gpu.name}")
         limit = float(gib * GIB)
-    backends = _backends(opt("backends"), cluster, name("backends"))
+    backends = _backends(opt("backends"), cluster, name("backends"), strategy.protocol)
     return PlanRequest(
         workload=workload,
         cluster=cluster,
@@ -196,9 +207,9 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
 
 
 def _fixed_strategy(spec: Any, cluster: Cluster) -> Strategy:
-    spec = dict(spec or {})
-    if not isinstance(spec, dict):
+    if not isinstance(spec or {}, dict):
         raise ConfigError("strategy", spec, "a mapping of fixed fields: " + ", ".join(FIXED_STRATEGY_KEYS))
+    spec = dict(spec or {})
     searched = sorted(set(spec) - set(FIXED_STRATEGY_KEYS))
     if searched:
         raise ConfigError(f"strategy.{searched[0]}", spec[searched[0]],
@@ -219,16 +230,21 @@ def _choices(value: Any, allowed: tuple[str, ...], field: str) -> tuple[str, ...
     return tuple(dict.fromkeys(require_choice(field, v, allowed) for v in _as_list(value, field)))
 
 
-def _backends(value: Any, cluster: Cluster, field: str) -> tuple[str, ...]:
-    """What the devices can run: NCCL needs GPUs; gloo and MPI run on either."""
-    usable = tuple(BACKENDS) if cluster.gpu.kind == "gpu" else tuple(b for b in BACKENDS if b != "nccl")
+def _backends(value: Any, cluster: Cluster, field: str, protocol: str | None) -> tuple[str, ...]:
+    """What the devices can run: NCCL needs GPUs; gloo and MPI run on either; a fixed protocol
+    (strategy.protocol) only the libraries that have it."""
+    usable = tuple(b for b in BACKENDS if (cluster.gpu.kind == "gpu" or b != "nccl")
+                   and (protocol is None or protocol in BACKENDS[b].protocols))
+    if not usable:
+        raise ConfigError("strategy.protocol", protocol, f"none on {cluster.gpu.name}: no library there has it")
     if value is None:
         first = default_backend(cluster.gpu)
         return (first, *(b for b in usable if b != first))
     chosen = _choices(value, tuple(BACKENDS), field)
     for b in chosen:
         if b not in usable:
-            raise ConfigError(field, b, f"one of {', '.join(usable)} on {cluster.gpu.name} (NCCL needs GPUs)")
+            raise ConfigError(field, b, f"one of {', '.join(usable)} on {cluster.gpu.name}"
+                              f"{' with protocol ' + protocol if protocol else ''} (NCCL needs GPUs)")
     return chosen
 
 
