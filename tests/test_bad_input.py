@@ -242,6 +242,16 @@ MORE = {
     "report-claims-root-missing": ({}, ["report", "--claims", "--results-root", "nope"], "--results-root", None),
     "report-claims-readme-binary": ({"r.md": BINARY}, ["report", "--claims", "--readme", "r.md", "--results-root", "."],
                                     "--readme", None),
+    # plan: options, contradictions, and nothing left to rank (which constraint removed the last)
+    "plan-objective": ({}, ["plan", "--model", "resnet50", "--gpus", "8", "--objective", "fast"], "--objective", None),
+    "plan-max-gpus-below-gpus": ({}, ["plan", "--model", "resnet50", "--gpus", "8", "--max-gpus", "4"], "--max-gpus", None),
+    "plan-codec-unknown": ({}, ["plan", "--model", "resnet50", "--gpus", "8", "--codecs", "fp7"], "--codecs", None),
+    "plan-batch-beside-global": ({}, ["plan", "--model", "resnet50", "--gpus", "8", "--batch-size", "32",
+                                      "--global-batch", "256"], "--batch-size", None),
+    "plan-config-binary": ({"c.yaml": BINARY}, ["plan", "c.yaml", "--model", "resnet50"], "config: got 'c.yaml'", None),
+    "plan-nothing-fits": ({}, ["plan", "--model", "gpt2_xl", "--gpus", "1", "--gpu", "k80"], "memory per rank", None),
+    "plan-global-batch-indivisible": ({}, ["plan", "--model", "small_transformer", "--gpus", "4", "--gpus-per-node", "4",
+                                           "--global-batch", "6", "--max-tp", "1", "--max-pp", "1"], "--global-batch", None),
 }
 
 

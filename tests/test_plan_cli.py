@@ -127,3 +127,12 @@ def test_experiment_plan_section_is_checked_on_load(change, field):
 
         expand(experiment_from_dict({**PLAN_SWEEP, **change}))
     assert err.value.field == field
+
+
+def test_plan_refuses_an_unwritable_out_before_searching(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code = main(["plan", *BERT, "--out", str(blocker / "sub")])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.startswith("scalebench plan: error: --out:")
+    assert "searched" not in captured.out

@@ -105,10 +105,12 @@ def top_table(result: PlanResult) -> list[str]:
 
 def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> int:
     from experiments.plan_report import draw_pareto, write_candidates_csv, write_winner
+    from sim.fileio import check_writable
     from sim.planner import plan_search
     from sim.planner.explain import why
     from sim.planner.verify import confirm, verify
 
+    out = check_writable("--out", out_dir or default_out(request), directory=True)  # before the search
     print("\n".join(header(request)), flush=True)
     result = plan_search(request)
     print("\n".join(summary(result)))
@@ -124,7 +126,6 @@ def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> in
     if verify_k:
         print()
         print("\n".join(verification_lines(verify(result, verify_k))))
-    out = out_dir or default_out(request)
     csv_path, rows = write_candidates_csv(result, out / "candidates.csv")
     plots = draw_pareto(result, out / "pareto")
     winner = write_winner(result, out / "winner.yaml")

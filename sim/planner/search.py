@@ -189,7 +189,11 @@ class NoPlan(ConfigError):
 
     def __init__(self, field_name: str, message: str):
         super().__init__(field_name, None, message)
+        self.message = message
         self.args = (f"{field_name}: {message}",)
+
+    def __reduce__(self):
+        return (type(self), (self.field, self.message))
 
 
 def no_plan(result: PlanResult) -> NoPlan:
