@@ -242,3 +242,13 @@ def test_contradictions_are_refused():
         request({"model": "resnet50"}, {"gpus": 8, **A100}, {"backends": ["gloo"]}, {"protocol": "LL"})
     assert err.value.field == "plan.backends"
     assert request({"model": "resnet50"}, {"gpus": 8, **A100}, {}, {"protocol": "LL"}).backends == ("nccl",)
+
+
+def test_a_space_too_large_is_refused_before_simulating():
+    with pytest.raises(ConfigError) as err:
+        plan_search(request({"model": "resnet50"}, {"gpus": 8, **A100}, {"max_candidates": 10}))
+    assert err.value.field == "--max-candidates"
+    huge = request({"model": "gpt2_xl"}, {"gpus": 64, **A100}, {"max_gpus": 2**20, "global_batch": 2**20})
+    with pytest.raises(ConfigError) as err:  # millions of micro-batches per pipeline
+        plan_search(huge)
+    assert err.value.field == "--max-micro-batches" and "1,048,576 micro-batches" in str(err.value)

@@ -16,7 +16,7 @@ from typing import Any
 
 PLAN_FLAGS = {
     "objective": str, "max_gpus": int, "global_batch": int, "top": int, "max_tp": int, "max_pp": int,
-    "max_micro_batches": int, "max_memory_gib": float,
+    "max_micro_batches": int, "max_memory_gib": float, "max_candidates": int,
 }
 LIST_FLAGS = ("backends", "collectives", "codecs", "bucket_mib", "schedules")
 SCENARIO_FLAGS = {
@@ -54,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--max-micro-batches", dest="max_micro_batches", type=_typed("--max-micro-batches", int))
     search.add_argument("--max-memory-gib", dest="max_memory_gib", type=_typed("--max-memory-gib", float),
                         help="memory per GPU to plan with (default: the GPU's)")
+    search.add_argument("--max-candidates", dest="max_candidates", type=_typed("--max-candidates", int),
+                        help="refuse a larger space before simulating (default 1,000,000)")
     search.add_argument("--backends", help="comma list of nccl, gloo, mpi (default: what the devices run)")
     search.add_argument("--collectives", help="comma list (default: auto, the library's allreduce algorithms, hierarchical)")
     search.add_argument("--codecs", help="comma list of none, fp16, bf16, fp8_e4m3[:allgather|:reduce_scatter] ...")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.catalog import Catalog, builtin_catalog
-from sim.cluster import Cluster, cluster_from_dict
+from sim.cluster import MAX_WORLD_SIZE, Cluster, cluster_from_dict
 from sim.codecs import CODECS
 from sim.costs.backends import BACKENDS, default_backend
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
@@ -30,8 +30,10 @@ OBJECTIVES = ("time", "gpu_hours", "samples_per_s")
 alike (one is the other's reciprocal); they differ in what the table shows."""
 PLAN_KEYS = (
     "objective", "max_gpus", "global_batch", "top", "max_tp", "max_pp", "max_micro_batches", "backends",
-    "collectives", "codecs", "bucket_mib", "schedules", "max_memory_gib",
+    "collectives", "codecs", "bucket_mib", "schedules", "max_memory_gib", "max_candidates",
 )
+DEFAULT_MAX_CANDIDATES = 1_000_000
+"""A larger space is refused before anything is simulated (about 5 minutes at the measured rate)."""
 FIXED_STRATEGY_KEYS = ("precision", "stage_balance", "protocol", "ps_servers", "ps_layout", "overlap")
 """Strategy fields a plan keeps as given; every other one it searches or leaves at its default."""
 DEFAULT_BUCKET_MIB = (5.0, 25.0, 100.0)
@@ -74,6 +76,7 @@ class PlanRequest:
     schedules: tuple[str, ...] = SCHEDULES
     memory_limit_bytes: float = 0.0
     top: int = 5
+    max_candidates: int = DEFAULT_MAX_CANDIDATES
     catalog_spec: dict[str, Any] | None = None
     """The config's own catalog section, kept for the candidates' specs."""
     catalog: Catalog | None = None
@@ -158,7 +161,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
     objective = require_choice(name("objective"), opt("objective", "time"), OBJECTIVES)
     max_gpus = opt("max_gpus")
     if max_gpus is not None:
-        max_gpus = require_positive(name("max_gpus"), max_gpus, integer=True)
+        max_gpus = require_positive(name("max_gpus"), max_gpus, integer=True, maximum=MAX_WORLD_SIZE)
         if max_gpus < planned.world_size:
             raise ConfigError(name("max_gpus"), max_gpus, f"at least the {planned.world_size} GPUs planned for (--gpus)")
         if max_gpus > g and max_gpus % g:
@@ -201,6 +204,8 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         schedules=_choices(opt("schedules"), SCHEDULES, name("schedules")) if opt("schedules") is not None else SCHEDULES,
         memory_limit_bytes=limit,
         top=require_positive(name("top"), opt("top", 5), integer=True),
+        max_candidates=require_positive(name("max_candidates"), opt("max_candidates", DEFAULT_MAX_CANDIDATES),
+                                        integer=True),
         catalog_spec=spec.get("catalog"),
         catalog=base_catalog,
     )

@@ -153,14 +153,23 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> Pla
     candidates: list[Candidate] = []
     rejected: list[Rejected] = []
     sync_lists: dict[tuple[int, int, int, int], list[Sync]] = {}
-    for item in layouts(request):
-        if isinstance(item, Rejected):
-            rejected.append(item)
-            continue
+    space = list(layouts(request))
+    kept = [item for item in space if isinstance(item, Layout)]
+    for item in kept:
         key = (item.gpus, item.tp, item.pp, item.dp)
         if key not in sync_lists:
             sync_lists[key] = syncs(request, *key)
-        for sync in sync_lists[key]:
+    size = sum(len(sync_lists[(x.gpus, x.tp, x.pp, x.dp)]) for x in kept)
+    _check_flush_work(request, kept)
+    if size > request.max_candidates:
+        raise ConfigError("--max-candidates", f"{size:,} candidates to simulate",
+                          f"at most {request.max_candidates:,} (narrow the space: --max-gpus, --backends, --collectives, "
+                          "--codecs, --bucket-mib, --max-micro-batches; or raise --max-candidates)")
+    for item in space:
+        if isinstance(item, Rejected):
+            rejected.append(item)
+            continue
+        for sync in sync_lists[(item.gpus, item.tp, item.pp, item.dp)]:
             c = Candidate(len(candidates), item, sync)
             try:
                 c.outcome = evaluator.evaluate(item, sync)
@@ -182,6 +191,24 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> Pla
     if not ranked:
         raise no_plan(result)
     return result
+
+
+MAX_FLUSH_OPERATIONS = 50_000_000
+"""Stage operations the pipelines of one search may replay (2 x stages x micro-batches each, about
+2.4 us apiece as measured: two minutes); a larger space is refused before anything runs."""
+
+
+def _check_flush_work(request: PlanRequest, kept: list[Layout]) -> None:
+    """The pipelines' replay grows with stages x micro-batches, not with the candidates: a global
+    batch of millions makes millions of micro-batches. Distinct flushes: one per layout, and per
+    library with TP (its allreduces change the stage times)."""
+    work = sum(2 * x.pp * x.micro_batches * (len(request.backends) if x.tp > 1 else 1)
+               for x in kept if x.pp > 1 or x.tp > 1 or x.micro_batches > 1)
+    if work > MAX_FLUSH_OPERATIONS:
+        deepest = max(x.micro_batches for x in kept)
+        raise ConfigError("--max-micro-batches", request.max_micro_batches or "unlimited",
+                          f"a limit that keeps the pipelines under {MAX_FLUSH_OPERATIONS:,} stage operations to simulate "
+                          f"(this space has {work:,}, up to {deepest:,} micro-batches per pipeline)")
 
 
 class NoPlan(ConfigError):

@@ -94,7 +94,8 @@ class Rejected:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
 
 
 def micro_batch_counts(batch: int, limit: int | None) -> list[int]:
