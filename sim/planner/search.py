@@ -155,8 +155,8 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> Pla
     sync_lists: dict[tuple[int, int, int, int], list[Sync]] = {}
     space = list(layouts(request))
     kept = [item for item in space if isinstance(item, Layout)]
-    for item in kept:
-        key = (item.gpus, item.tp, item.pp, item.dp)
+    for layout in kept:
+        key = (layout.gpus, layout.tp, layout.pp, layout.dp)
         if key not in sync_lists:
             sync_lists[key] = syncs(request, *key)
     size = sum(len(sync_lists[(x.gpus, x.tp, x.pp, x.dp)]) for x in kept)
