@@ -99,7 +99,7 @@ def top_table(result: PlanResult) -> list[str]:
         best = result.winner.objective_value(result.request.objective)
         for rank, c in others:
             gap = 100 * (c.objective_value(result.request.objective) / best - 1)
-            lines.append(_row("", c, f"  [#{rank:,}, +{gap:.2g} %]"))
+            lines.append(_row("", c, f"  [#{rank:,}, +{gap:.0f} %]" if gap >= 10 else f"  [#{rank:,}, +{gap:.2g} %]"))
     return lines
 
 
