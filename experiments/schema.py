@@ -43,7 +43,30 @@ def experiment_field_types() -> dict[str, dict[str, Any]]:
                         "oneOf": [{"required": ["single_gpu_iteration_time_s"]}, {"required": ["single_gpu_samples_per_s"]}]},
         "tolerance": {"type": "object", "additionalProperties": False,
                       "properties": {"efficiency_pp": NUM_POS, "iteration_time_pct": NUM_POS}},
+        "plan": plan_schema(),
     }
+
+
+def plan_schema() -> dict[str, Any]:
+    """The ``plan:`` section (sim.planner.request.PLAN_KEYS): a list option also takes one value."""
+    from sim.codecs import CODEC_PATHS, CODECS
+    from sim.costs.backends import BACKENDS as LIBRARIES
+    from sim.planner.request import OBJECTIVES, PLAN_KEYS
+    from sim.strategy import COLLECTIVES, SCHEDULES
+
+    def some(item: dict[str, Any]) -> dict[str, Any]:
+        return {"oneOf": [item, {"type": "array", "minItems": 1, "items": item}]}
+
+    codec = {"type": "string", "pattern": "^(none|(" + "|".join(CODECS) + ")(:(" + "|".join(CODEC_PATHS) + "))?)$"}
+    props = {
+        "objective": {"enum": list(OBJECTIVES)}, "max_gpus": INT_POS, "global_batch": INT_POS, "top": INT_POS,
+        "max_tp": INT_POS, "max_pp": INT_POS, "max_micro_batches": INT_POS, "max_candidates": INT_POS,
+        "max_memory_gib": NUM_POS, "backends": some({"enum": list(LIBRARIES)}),
+        "collectives": some({"enum": list(COLLECTIVES)}), "codecs": some(codec), "bucket_mib": some(NUM_POS),
+        "schedules": some({"enum": list(SCHEDULES)}),
+    }
+    assert set(props) == set(PLAN_KEYS), sorted(set(props) ^ set(PLAN_KEYS))
+    return {"type": "object", "additionalProperties": False, "properties": {k: props[k] for k in PLAN_KEYS}}
 
 
 def sweep_schema() -> dict[str, Any]:

@@ -136,3 +136,20 @@ def test_plan_refuses_an_unwritable_out_before_searching(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 2 and captured.err.startswith("scalebench plan: error: --out:")
     assert "searched" not in captured.out
+
+
+def test_the_experiment_schema_describes_plan():
+    jsonschema = pytest.importorskip("jsonschema")
+    from experiments.schema import experiment_schema
+
+    validator = jsonschema.Draft202012Validator(experiment_schema())
+    good = {**PLAN_SWEEP, "plan": {"objective": "gpu_hours", "codecs": ["none", "fp8_e4m3:reduce_scatter"],
+                                   "bucket_mib": 25, "max_gpus": 32}}
+    assert list(validator.iter_errors(good)) == []
+    experiment_from_dict(good)  # and the parser agrees
+    for bad in ({"foo": 1}, {"objective": "fast"}, {"codecs": ["fp7"]}, {"bucket_mib": [0]}):
+        assert list(validator.iter_errors({**PLAN_SWEEP, "plan": bad}))
+        with pytest.raises(ConfigError):
+            from experiments.config import expand
+
+            expand(experiment_from_dict({**PLAN_SWEEP, "plan": bad}))
