@@ -153,3 +153,19 @@ def test_the_experiment_schema_describes_plan():
             from experiments.config import expand
 
             expand(experiment_from_dict({**PLAN_SWEEP, "plan": bad}))
+
+
+def test_a_workload_of_ones_own_is_reproduced_by_the_winner_yaml(tmp_path, capsys):
+    """A sequence length other than the zoo's makes another table: winner.yaml carries it inline."""
+    code = main(["plan", "--model", "gpt2_small", "--seq-len", "256", "--gpus", "4", "--gpus-per-node", "4",
+                 "--gpu", "v100", "--backends", "nccl", "--codecs", "none", "--bucket-mib", "25", "--top", "1",
+                 "--out", str(tmp_path)])
+    assert code == 0
+    capsys.readouterr()
+    with open(tmp_path / "candidates.csv", newline="") as fh:
+        first = next(r for r in csv.DictReader(fh) if r["rank"] == "1")
+    scenario = load_scenario(tmp_path / "winner.yaml")
+    assert len(scenario.workload.layers) > 1
+    assert simulate(scenario).iteration_time_s == float(first["iteration_time_s"])
+    zoo = plan_request_from_dict({"workload": {"model": "gpt2_small"}, "cluster": {"gpus": 4}})
+    assert "layers" not in zoo.workload_spec

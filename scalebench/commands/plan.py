@@ -21,11 +21,20 @@ PLAN_FLAGS = {
 LIST_FLAGS = ("backends", "collectives", "codecs", "bucket_mib", "schedules")
 SCENARIO_FLAGS = {
     "model": ("workload", "model", str), "batch_size": ("workload", "batch_size", int),
+    "seq_len": ("workload", "seq_len", int),
     "gpus": ("cluster", "gpus", int), "gpus_per_node": ("cluster", "gpus_per_node", int), "gpu": ("cluster", "gpu", str),
     "intra_link": ("cluster", "intra_link", str), "inter_link": ("cluster", "inter_link", str),
     "nics_per_node": ("cluster", "nics_per_node", int), "oversubscription": ("cluster", "oversubscription", float),
     "precision": ("strategy", "precision", str),
 }
+OWN_HELP = {
+    "batch_size": "samples per replica per iteration, kept whatever dp is (weak scaling; not with --global-batch); "
+                  "default: the model's",
+    "gpus": "GPUs to plan for (with --max-gpus: one of the counts tried)",
+    "oversubscription": "switch oversubscription (1 = non-blocking)",
+    "precision": "compute and gradient dtype: {precisions} (default: fp16 where the GPU computes 16-bit faster, else fp32)",
+}
+"""Help of the flags whose meaning in a plan differs from sim.flags.SCENARIO_FLAGS' (or that it lacks)."""
 FIELD_FLAGS = {f"{section}.{key}": "--" + flag.replace("_", "-") for flag, (section, key, _) in SCENARIO_FLAGS.items()}
 
 
@@ -36,9 +45,15 @@ def _flag(name: str) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", nargs="?", help="YAML: a cluster section, or a scenario (workload, cluster, strategy, "
                         "catalog, plan); flags override it")
+    from sim.flags import SCENARIO_FLAGS as SHARED
+    from sim.flags import vocabulary
+
+    words = vocabulary()
     scenario = parser.add_argument_group("model and cluster")
     for flag, (_, _, kind) in SCENARIO_FLAGS.items():
-        scenario.add_argument(_flag(flag), dest=flag, type=_typed(_flag(flag), kind), default=None)
+        text = OWN_HELP.get(flag) or SHARED[flag][3]
+        scenario.add_argument(_flag(flag), dest=flag, type=_typed(_flag(flag), kind), default=None,
+                              metavar=kind.__name__.upper() if kind is not str else "NAME", help=text.format(**words))
     scenario.add_argument("--catalog", help="YAML file of extra gpus/links (e.g. from scalebench calibrate)")
     search = parser.add_argument_group("search")
     search.add_argument("--objective", help="time (default: seconds per sample), gpu_hours, samples_per_s")
@@ -50,8 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--top", type=_typed("--top", int), help="candidates shown (default 5)")
     search.add_argument("--max-tp", dest="max_tp", type=_typed("--max-tp", int), help="largest tensor-parallel degree "
                         "(default: the GPUs of one node)")
-    search.add_argument("--max-pp", dest="max_pp", type=_typed("--max-pp", int))
-    search.add_argument("--max-micro-batches", dest="max_micro_batches", type=_typed("--max-micro-batches", int))
+    search.add_argument("--max-pp", dest="max_pp", type=_typed("--max-pp", int), help="most pipeline stages")
+    search.add_argument("--max-micro-batches", dest="max_micro_batches", type=_typed("--max-micro-batches", int),
+                        help="most micro-batches per iteration (default: up to the batch per replica)")
     search.add_argument("--max-memory-gib", dest="max_memory_gib", type=_typed("--max-memory-gib", float),
                         help="memory per GPU to plan with (default: the GPU's)")
     search.add_argument("--max-candidates", dest="max_candidates", type=_typed("--max-candidates", int),
@@ -84,7 +100,9 @@ def plan_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
     spec: dict[str, Any] = {}
     if args.config:
-        loaded = read_yaml(args.config)
+        from sim.config import resolve_paths
+
+        loaded = resolve_paths(read_yaml(args.config), Path(args.config).parent)
         if not isinstance(loaded, dict):
             raise ConfigError(str(args.config), type(loaded).__name__, "a YAML mapping (a cluster section or a scenario)")
         if set(loaded) <= set(CLUSTER_KEYS) | {"catalog"}:

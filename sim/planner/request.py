@@ -81,6 +81,8 @@ class PlanRequest:
     """The config's own catalog section, kept for the candidates' specs."""
     catalog: Catalog | None = None
     """The catalog the config's section extends (a --catalog file's, or None: the built-in one)."""
+    workload_spec: dict[str, Any] | None = None
+    """The workload as a candidate's scenario spells it (``reproducible_workload``)."""
 
     @property
     def precision(self) -> str:
@@ -208,7 +210,24 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
                                         integer=True),
         catalog_spec=spec.get("catalog"),
         catalog=base_catalog,
+        workload_spec=reproducible_workload(workload),
     )
+
+
+def reproducible_workload(w: Workload) -> dict[str, Any]:
+    """A workload section that builds ``w`` again without its batch: the zoo name where the zoo's
+    table is the same (a sequence length, an architecture or a CSV of one's own make another),
+    else the layer table inline."""
+    from sim.workload import load_workload, zoo_names
+
+    spec: dict[str, Any] = {"model": w.name, "optimizer": w.optimizer}
+    if w.name in zoo_names() and load_workload(w.name).layers == w.layers:
+        return spec
+    spec["layers"] = [{"layer": x.name, "kind": x.kind, "param_count": x.param_count, "fwd_flops": x.fwd_flops,
+                       "bwd_flops": x.bwd_flops, "activation_elems": x.activation_elems,
+                       **({"fwd_time_s": x.fwd_time_s, "bwd_time_s": x.bwd_time_s} if x.fwd_time_s is not None else {})}
+                      for x in w.layers]
+    return spec
 
 
 def _fixed_strategy(spec: Any, cluster: Cluster) -> Strategy:

@@ -67,14 +67,7 @@ class Candidate:
 def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
     """A scenario mapping that ``sim.config.scenario_from_dict`` turns into the candidate's scenario."""
     w, c, base = request.workload, request.cluster, request.strategy
-    workload: dict = {"model": w.name, "batch_size": layout.batch, "optimizer": w.optimizer}
-    from sim.workload import zoo_names
-
-    if w.name not in zoo_names() or w.source == "inline config":
-        workload["layers"] = [{"layer": x.name, "kind": x.kind, "param_count": x.param_count, "fwd_flops": x.fwd_flops,
-                               "bwd_flops": x.bwd_flops, "activation_elems": x.activation_elems,
-                               **({"fwd_time_s": x.fwd_time_s, "bwd_time_s": x.bwd_time_s} if x.fwd_time_s is not None else {})}
-                              for x in w.layers]
+    workload: dict = {**(request.workload_spec or {"model": w.name, "optimizer": w.optimizer}), "batch_size": layout.batch}
     strategy: dict = {
         "kind": "hybrid" if layout.tp * layout.pp > 1 else "data_parallel", "tp": layout.tp, "pp": layout.pp,
         "micro_batches": layout.micro_batches, "schedule": layout.schedule, "backend": sync.backend,
