@@ -101,7 +101,6 @@ def _judge(result: PlanResult, rows: list[Verified]) -> Verification:
         text = (f"the ranking holds: the {len(checked)} verifiable candidates keep their order in detailed mode "
                 f"(fast vs detailed within {100 * worst:.2g} %){refused_text}")
     else:
-        swaps = [f"#{a.rank} ahead of #{b.rank}" for a, b in zip(order, checked, strict=True) if a.rank != b.rank]
-        text = (f"the ranking changes in detailed mode: {', '.join(swaps[:3])} (fast vs detailed up to "
-                f"{100 * worst:.2g} %){refused_text}")
+        text = (f"the ranking changes in detailed mode: its order is {', '.join(f'#{v.rank}' for v in order)} "
+                f"(fast vs detailed up to {100 * worst:.2g} %){refused_text}")
     return Verification(rows, holds, text)
