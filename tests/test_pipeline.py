@@ -220,3 +220,15 @@ def test_one_iteration_of_async_ps_is_refused():
     with pytest.raises(ConfigError, match="simulate_run"):
         simulate(scenario)
     assert simulate_run(scenario, 3).mode == "async"
+
+
+def test_zoo_transformers_allreduce_twice_per_block_as_megatron_does():
+    """Sub-block rows (qkv/proj/fc/out; q/k/v/o/gate/up/down): only the row-parallel projection of
+    attention and of the MLP allreduce, norms and position embeddings are replicated, the token
+    embedding is vocabulary-parallel (Shoeybi et al. 2019, Figure 3)."""
+    from sim.costs.tensor import tp_allreduces_per_pass
+    from sim.workload import workload_from_dict
+
+    for model, blocks in (("gpt2_small", 12), ("bert_base", 12), ("llama2_7b", 32)):
+        w = workload_from_dict({"model": model})
+        assert sum(tp_allreduces_per_pass(layer) for layer in w.layers) == 2 * blocks + 1, model

@@ -19,16 +19,49 @@ TP_ALLREDUCES_PER_PASS: dict[str, int] = {
     "attention": 1, "multiheadattention": 1, "mlp": 1,
     "embedding": 1,  # vocabulary-parallel embedding: one allreduce of its output (Megatron)
 }
-"""Allreduces per forward (and again per backward) by layer kind (lower case). Any other layer
-with parameters counts as one row-parallel matmul (1); layers without parameters are
-replicated (0)."""
+"""Allreduces per forward (and again per backward) by layer kind (lower case), for tables whose
+rows are whole blocks or sub-blocks."""
+
+REPLICATED_KINDS = ("layernorm", "rmsnorm", "batchnorm2d", "dropout", "core")
+"""Megatron keeps normalisations replicated on every TP rank: no allreduce (Shoeybi et al. 2019, sec. 3)."""
+COLUMN_PARALLEL_NAMES = frozenset({
+    "qkv", "q", "k", "v", "query", "key", "value", "q_proj", "k_proj", "v_proj", "c_attn", "in_proj",
+    "fc", "fc1", "up", "gate", "up_proj", "gate_proj", "c_fc", "dense_h_to_4h", "intermediate", "w1", "w3",
+})
+"""A Linear that opens a Megatron pair (split by output columns: its output stays sharded, no
+allreduce): the attention's query/key/value projection and the MLP's first (and gate) projection."""
+ROW_PARALLEL_NAMES = frozenset({
+    "proj", "o", "o_proj", "out_proj", "c_proj", "dense", "out", "fc2", "down", "down_proj",
+    "dense_4h_to_h", "output", "w2",
+})
+"""A Linear that closes a pair (split by input rows: partial sums, one allreduce of its output): the
+attention's output projection and the MLP's second projection (Shoeybi et al. 2019, Figure 3)."""
+LM_HEAD_PREFIXES = frozenset({"head", "lm_head", "cls"})
+"""The language-model head: its output projection is split by vocabulary like the embedding it
+shares, so the logits stay sharded (the parallel cross-entropy reduces a few scalars per token);
+BERT's head transform is a plain replicated Linear (Megatron-LM's BertLMHead). No allreduce."""
+UNSHARDED_EMBEDDINGS = frozenset({"pos", "position", "wpe", "seg", "token_type", "position_embeddings",
+                                  "token_type_embeddings"})
+"""Embeddings Megatron does not split by vocabulary (positions, segments): replicated, no allreduce."""
 
 
 def tp_allreduces_per_pass(layer: Layer) -> int:
+    """Allreduces of this row per pass: by kind for block-sized rows; for a Linear, one if its name
+    says it closes a Megatron pair, none if it opens one (a Linear of another name counts as
+    closing one); norms and parameter-free rows none; the vocabulary-parallel embedding one."""
     kind = layer.kind.lower()
+    role = layer.name.rsplit(".", 1)[-1].lower()
+    if kind == "embedding":
+        return 0 if role in UNSHARDED_EMBEDDINGS else 1
     if kind in TP_ALLREDUCES_PER_PASS:
         return TP_ALLREDUCES_PER_PASS[kind]
-    return 1 if layer.param_count > 0 else 0
+    if kind in REPLICATED_KINDS or layer.param_count <= 0:
+        return 0
+    if layer.name.split(".", 1)[0].lower() in LM_HEAD_PREFIXES:
+        return 0
+    if kind == "linear" and role in COLUMN_PARALLEL_NAMES:
+        return 0
+    return 1
 
 
 def tp_message_bytes(layer: Layer, micro_batch: int, dtype_bytes: int) -> float:
