@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from real.worker import run_job
 
-    with tempfile.TemporaryDirectory(prefix="scalebench-real-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"scalebench-real-{os.getpid()}-") as tmp:  # real/lifecycle.py
         out = Path(tmp) / "raw.json"
         status = run_job({**job, "timeout_s": args.timeout, "out": str(out) if rank == 0 else None})
         if status == 0 and rank == 0:

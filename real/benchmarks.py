@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,17 +44,27 @@ def allreduce_busbw(size: int, link: str | None = None, topology: str = "shared"
 
 def bare_ddp_time_s(model: str, batch: int, iterations: int, warmup: int, threads: int, nproc: int = 2) -> dict:
     from real.launch import free_port
+    from real.lifecycle import child_env, held_tmp_dir, hold, release
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with held_tmp_dir() as tmp:  # ranks die with us, the reaper removes tmp (real/lifecycle.py)
         out = Path(tmp) / "bare.json"
         port = free_port()
         procs = [subprocess.Popen([sys.executable, "-m", "real.bare_ddp", model, str(batch), str(iterations),
                                    str(warmup), str(threads), str(out)],
-                                  env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(nproc),
-                                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+                                  env=child_env({**os.environ, "RANK": str(r), "WORLD_SIZE": str(nproc),
+                                                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}),
                                   process_group=0)  # as the harness starts its ranks (see below)
                  for r in range(nproc)]
-        codes = [p.wait(timeout=600) for p in procs]
+        for p in procs:
+            hold("pgid", p.pid)
+        try:
+            codes = [p.wait(timeout=600) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+                release("pgid", p.pid)
         if any(codes):
             raise RuntimeError(f"bare DDP loop failed: exit statuses {codes}")
         return json.loads(out.read_text())

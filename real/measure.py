@@ -23,6 +23,7 @@ import statistics
 from typing import Any
 
 from real.config import measured_labels, real_scenario
+from real.load import load_columns
 from real.results import environment_columns, mean_iqr, slowest_per_iteration, step_summary
 from real.steal import steal_columns
 from sim.config import scenario_columns
@@ -88,6 +89,7 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
                                    cpu_binding=raw.get("cpu_binding")))
     row.update(measured_labels(options.backend, link, row.get("gpu_model", ""), one_machine=one_machine))  # what ran, not the scenario's names
     row.update(steal_columns(raw))
+    row.update(load_columns(raw))
     return row
 
 
@@ -126,6 +128,9 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
                       min_time_s=min_time_s, max_iterations=max_iterations)
     scenario, options = real_scenario(spec)
     world = scenario.cluster.world_size
+    from real.launch import check_nproc
+
+    check_nproc(world, "cluster.gpus (--nproc)")
     if options.strategy == "pipeline" and world < 2:
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
     job = job_for(spec, options, iterations, warmup, min_time_s=min_time_s, max_iterations=max_iterations)
@@ -134,7 +139,7 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
         if options.strategy == "ps_async":
             raise ConfigError("--trace", "ps_async", "a synchronous strategy (ddp, ps_sync, pipeline)")
         job["trace"] = True
-    deadline_s = timeout_s * 3 + 30 + 4 * min_time_s  # four timed phases, each at least min_time_s
+    deadline_s = training_deadline_s(timeout_s, warmup, max(iterations, max_iterations))
     from real.launch import launch
 
     if link:
@@ -145,6 +150,14 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
     else:
         raw = launch(job, world, timeout_s=timeout_s, deadline_s=deadline_s)
     return scenario, options, raw
+
+
+def training_deadline_s(timeout_s: float, warmup: int, iterations: int) -> float:
+    """The launcher's backstop for a training run: every step of its four phases (baseline,
+    compute-only, the iteration, communication-only) may take up to ``timeout_s`` (each step is
+    watched on its own: real/launch.py), plus start-up. A run of many iterations is not cut short
+    by a deadline meant for a few (``--iterations 600 --timeout 10`` used to be, at 60 s)."""
+    return 30 + timeout_s * (3 + 4 * (warmup + iterations))
 
 
 def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Two topologies:
   group's connections are open (``install_per_link``, reading them with ``ss``).
 netem is not available here, so no latency is added (tbf adds none): rows say so.
 Only loopback addresses, only in namespaces created here; each is deleted on exit, on error,
-on Ctrl-C and on SIGTERM, and stale ones of dead scalebench processes are removed first.
+on Ctrl-C and on SIGTERM, by the reaper when this process is killed outright (SIGKILL,
+real/lifecycle.py), and stale ones of dead scalebench processes are removed first.
 """
 
 from __future__ import annotations
@@ -89,8 +90,12 @@ class Namespace:
 
     def __enter__(self) -> Namespace:
         remove_stale()
-        self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # the CLI installs its own
+            self._old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
+            from real.lifecycle import hold
+
+            hold("netns", self.name)  # the reaper deletes it if this process is killed outright
             _run("ip", "netns", "add", self.name)
             _run("ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up")
             ex = ("ip", "netns", "exec", self.name, "tc")
@@ -106,7 +111,10 @@ class Namespace:
         return self
 
     def __exit__(self, *exc) -> None:
+        from real.lifecycle import release
+
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
+        release("netns", self.name)
         if self._old_term is not None:
             signal.signal(signal.SIGTERM, self._old_term)
             self._old_term = None

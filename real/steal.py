@@ -53,24 +53,33 @@ def steal_fraction(before: tuple[int, int] | None, after: tuple[int, int] | None
 
 
 def least_stolen(run: Callable[[], T], *, limit: float = STEAL_LIMIT, attempts: int = ATTEMPTS,
-                 progress: Callable[[str], object] | None = None) -> tuple[T, float | None, int]:
+                 progress: Callable[[str], object] | None = None, others: Callable[[T], float | None] | None = None,
+                 others_limit: float = 1.0, others_attempts: int = ATTEMPTS) -> tuple[T, float | None, int]:
     """Call ``run`` until one call lost at most ``limit`` of its CPU to steal, at most ``attempts``
     times; return (the least-stolen result, its steal fraction, calls made). Where steal cannot
-    be read, ``run`` is called once."""
+    be read, ``run`` is called once. With ``others`` (a result's share of the CPU other processes
+    used, real/load.py), a call is also repeated while that share passes ``others_limit``, at most
+    ``others_attempts`` times in all; the kept call is then the least disturbed by either."""
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, got {attempts}")
-    best: tuple[T, float | None] | None = None
+    best: tuple[T, float | None, float] | None = None
     for attempt in range(1, attempts + 1):
         before = cpu_counters()
         result = run()
         fraction = steal_fraction(before, cpu_counters())
-        if best is None or (fraction is not None and (best[1] is None or fraction < best[1])):
-            best = (result, fraction)
-        if fraction is None or fraction <= limit:
+        busy = (others(result) if others is not None else None) or 0.0
+        busy = 0.0 if busy != busy else busy  # NaN: unknown
+        score = max(fraction or 0.0, busy)
+        if best is None or score < best[2]:
+            best = (result, fraction, score)
+        stolen = fraction is not None and fraction > limit
+        crowded = busy > others_limit and attempt < others_attempts
+        if not stolen and not crowded:
             return best[0], best[1], attempt
         if progress is not None and attempt < attempts:
-            progress(f"the hypervisor took {fraction:.0%} of the CPU during that launch (limit {limit:.0%}): "
-                     "launching again")
+            why = (f"the hypervisor took {fraction:.0%} of the CPU" if stolen
+                   else f"other processes used {busy:.0%} of the CPU")
+            progress(f"{why} during that launch (limit {limit if stolen else others_limit:.0%}): launching again")
     assert best is not None
     return best[0], best[1], attempts
 

@@ -61,9 +61,33 @@ EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, as shells report it)."""
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away (``| head``): 128 + SIGPIPE, what other Unix tools exit with."""
+EXIT_INCONCLUSIVE = 3
+"""``validate`` only: the machine was too busy or too noisy to judge the model (validation/noise.py)."""
+EXIT_HANGUP = 129
+"""SIGHUP (128 + 1): the terminal went away; cleaned up as after Ctrl-C (``Terminated``)."""
+EXIT_TERMINATED = 143
+"""SIGTERM (128 + 15): cleaned up as after Ctrl-C (``Terminated``)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised like Ctrl-C so that every cleanup Ctrl-C runs runs too (ranks
+    killed, temporary directories and namespaces removed, finished points kept)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    import signal
+
+    signal.signal(signum, signal.SIG_IGN)  # a second signal must not interrupt the cleanup
+    raise Terminated(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
+    import signal
+
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -72,12 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # a flag of another command (real has no --gpu): said by the command it was given to
         print(f"scalebench {args.command}: error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         module = importlib.import_module(args._module)
         return int(module.run(args) or 0)
     except ConfigError as err:
         print(f"scalebench {args.command}: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Terminated as err:
+        print(f"scalebench {args.command}: terminated ({signal.Signals(err.signum).name})", file=sys.stderr)
+        return 128 + err.signum
     except KeyboardInterrupt:
         print(f"scalebench {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -87,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # not the input's fault (bad paths are ConfigErrors): a full disk, an I/O error
         print(f"scalebench {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_FAILED
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _quiet_stdout() -> None:

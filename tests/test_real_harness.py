@@ -160,9 +160,10 @@ def test_killed_rank_stops_everyone_within_the_timeout():
 def test_hung_rank_is_stopped_by_the_watchdog():
     spec = {**SEED_SPEC, "real": {"baseline": False, "fault": {"rank": 1, "iteration": 2, "mode": "hang"}}}
     start = time.monotonic()
-    with pytest.raises(RunFailed, match=r"rank \d (failed|made no progress)"):
-        run_spec(spec, iterations=5, warmup=1, timeout_s=6)
-    assert time.monotonic() - start < 6 + 25
+    with pytest.raises(RunFailed, match=r"rank 1 made no progress in ddp iterations for \d+ s while the other ranks "
+                                        r"waited for it"):
+        run_spec(spec, iterations=5, warmup=1, timeout_s=8)
+    assert time.monotonic() - start < 8 + 40  # the timeout plus start-up on a loaded machine
     assert not _workers_alive()
 
 

@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -153,23 +152,35 @@ def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300,
     """Run ``job`` on ``n`` co-located ranks of ``module`` (``python -m module JOB.json``, which
     writes rank 0's rows to ``job["out"]``); return rank 0's rows. Launched again when the
     hypervisor took too much of the CPU meanwhile (real/steal.py)."""
+    from real.load import BUSY_ATTEMPTS, LAUNCH_LOG, LoadSample, busy_limit
     from real.steal import least_stolen
 
-    rows, _, _ = least_stolen(lambda: _run_ranks_once(n, job, timeout_s=timeout_s, module=module))
+    def once() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        with LoadSample() as load:
+            rows = _run_ranks_once(n, job, timeout_s=timeout_s, module=module)
+        LAUNCH_LOG.append({"kind": job.get("kind", module), "ranks": n, **load.as_dict()})
+        return rows, load.as_dict()
+
+    limit = busy_limit()
+    (rows, _), _, _ = least_stolen(once, others=lambda r: r[1].get("others_cpu_fraction"),
+                                   others_limit=1.0 if limit is None else limit,
+                                   others_attempts=BUSY_ATTEMPTS if limit is not None else 1)
     return rows
 
 
 def _run_ranks_once(n: int, job: dict[str, Any], *, timeout_s: float, module: str) -> list[dict[str, Any]]:
     from real.launch import free_port
+    from real.lifecycle import child_env, held_tmp_dir
 
-    with tempfile.TemporaryDirectory(prefix="scalebench-codec-") as tmp:
+    with held_tmp_dir() as tmp:  # ranks die with us, the reaper removes tmp (real/lifecycle.py)
         job = {**job, "out": str(Path(tmp) / "out.json")}
         job_file = Path(tmp) / "job.json"
         job_file.write_text(json.dumps(job))
         port = str(free_port())
         procs = [subprocess.Popen([sys.executable, "-m", module, str(job_file)],
-                                  env={**os.environ, "RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
-                                       "MASTER_PORT": port}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                  env=child_env({**os.environ, "RANK": str(r), "WORLD_SIZE": str(n),
+                                                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                  for r in range(n)]
         try:
             for p in procs:
@@ -255,7 +266,9 @@ def piecewise_linear(points: list[tuple[float, float]], x: float) -> float:
 
 
 if __name__ == "__main__":
+    from real.lifecycle import die_with_parent_from_env
     from real.worker import exit_skipping_teardown
 
+    die_with_parent_from_env()
     _rank_main(sys.argv[1])
     exit_skipping_teardown(0)

@@ -343,7 +343,9 @@ def pipeline_overhead_for(cal_dir: str | Path, ranks: int, pass_s: float | None 
 
 
 if __name__ == "__main__":
+    from real.lifecycle import die_with_parent_from_env
     from real.worker import exit_skipping_teardown
 
+    die_with_parent_from_env()
     _rank_main(sys.argv[1])
     exit_skipping_teardown(0)

@@ -1,7 +1,10 @@
 """Training strategies and the per-rank measurement loop they share.
 
 Phases on every rank (each timed iteration starts after a barrier, which is not timed):
-1. baseline: rank 0 alone runs the compute-only iteration (the others wait in a barrier): T1;
+1. baseline: rank 0 alone runs the compute-only iteration: T1. The others wait, idle, for a
+   one-element broadcast after each of its steps (``_wait_for_baseline``): each wait lasts one
+   step, never the whole phase, so neither gloo's timeout nor a watchdog takes a long baseline
+   (many iterations, a slow model) for a hang, and every step is progress on every rank;
 2. compute-only: all ranks at once run the same iteration without communication (co-located
    ranks share the cores exactly as in the real run);
 3. the strategy's real iteration, warm-up excluded (then, with the job's ``trace``, one more
@@ -54,15 +57,21 @@ def run_training(ctx) -> dict[str, Any]:
     out: dict[str, Any] = {"rank": ctx.rank}
 
     if options.baseline and options.strategy != "pipeline":
+        ctx.phase = "baseline (rank 0 alone)"
         if ctx.rank == 0:
             out["baseline"] = _compute_only(ctx, LocalTrainer(model, scenario.workload.name,
                                                               scenario.workload.optimizer, options.lr),
                                             batches, warmup, barrier=False)
-        dist.barrier()
+            _baseline_step_done(ctx, more=False)
+        else:
+            _wait_for_baseline(ctx)
+        ctx.barrier()
     if options.strategy != "pipeline":
         local = LocalTrainer(model, scenario.workload.name, scenario.workload.optimizer, options.lr)
+        ctx.phase = "compute-only"
         out["compute"] = _compute_only(ctx, local, batches, warmup, barrier=True)
 
+    ctx.phase = f"{options.strategy} set-up"
     trainer = _trainer(ctx, scenario, options, model)
     losses = []
 
@@ -70,7 +79,7 @@ def run_training(ctx) -> dict[str, Any]:
         if fault.get("rank") == ctx.rank and fault.get("iteration") == i:
             _inject(fault.get("mode", "kill"))
         x, y = batches[i % len(batches)]
-        dist.barrier()
+        ctx.barrier()
         t0, c0 = time.perf_counter(), time.process_time()
         loss = trainer.step(x, y)
         if ctx.device.type == "cuda":
@@ -80,6 +89,7 @@ def run_training(ctx) -> dict[str, Any]:
         losses.append(loss)
         return elapsed, (elapsed, cpu)
 
+    ctx.phase = f"{options.strategy} iterations"
     timed = timed_phase(ctx, one, warmup)
     times, cpu_times = [t for t, _ in timed], [c for _, c in timed]
     out["iteration"] = times
@@ -93,8 +103,10 @@ def run_training(ctx) -> dict[str, Any]:
     if hasattr(trainer, "bucket_sizes_bytes"):
         sizes = trainer.bucket_sizes_bytes()
         out["bucket_bytes"] = sizes
+        ctx.phase = "communication-only"
         out["comm"] = _comm_only(ctx, sizes, warmup)
     out.update(trainer.info())
+    ctx.phase = "gathering the results"
     gathered: list[Any] = [None] * ctx.world
     dist.all_gather_object(gathered, out)
     if ctx.rank != 0:
@@ -118,12 +130,34 @@ def _compute_only(ctx, local: LocalTrainer, batches, warmup: int, *, barrier: bo
     def one(i: int) -> tuple[float, list[float]]:
         x, y = batches[i % len(batches)]
         if barrier:
-            dist.barrier()
+            ctx.barrier()
         times: StepTimes = local.step(x, y)
         ctx.beat()
+        if not barrier:  # rank 0's baseline: the others wait for this
+            _baseline_step_done(ctx, more=True)
         return times.total_s, [times.forward_s, times.backward_s, times.optimizer_s]
 
     return timed_phase(ctx, one, warmup, collective=barrier)
+
+
+def _baseline_step_done(ctx, *, more: bool) -> None:
+    """Rank 0, after each baseline step (untimed): tell the waiting ranks whether another follows."""
+    if ctx.world > 1:
+        dist.broadcast(torch.tensor([1 if more else 0], dtype=torch.int32), src=0)
+
+
+def _wait_for_baseline(ctx) -> None:
+    """The other ranks during the baseline: one broadcast per step of rank 0, until it says done."""
+    flag = torch.zeros(1, dtype=torch.int32)
+    while True:
+        ctx.waiting = True
+        try:
+            dist.broadcast(flag, src=0)
+        finally:
+            ctx.waiting = False
+        ctx.beat()
+        if int(flag.item()) == 0:
+            return
 
 
 def _comm_only(ctx, sizes_bytes: list[int], warmup: int) -> list[float]:
@@ -131,7 +165,7 @@ def _comm_only(ctx, sizes_bytes: list[int], warmup: int) -> list[float]:
     tensors = [torch.zeros(max(1, s // 4), device=ctx.device) for s in sizes_bytes]
 
     def one(i: int) -> tuple[float, float]:
-        dist.barrier()
+        ctx.barrier()
         t0 = time.perf_counter()
         for t in tensors:
             dist.all_reduce(t)

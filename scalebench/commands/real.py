@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from scalebench.commands.common import require_torch
 
     require_torch()
-    from real.launch import RunFailed
+    from real.launch import RunFailed, check_nproc
     from real.results import check_row_path
     from sim.fileio import check_writable
 
@@ -40,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
         check_row_path("--out", args.out)
     elif not (args.bench or args.comm):
         check_writable("--out", DEFAULT_OUT_DIR, directory=True)
+    if args.gpus is not None:
+        check_nproc(args.gpus)  # before anything starts: what this machine's cores and memory hold
     try:
         if args.bench:
             from real.benchmarks import run_benchmarks
