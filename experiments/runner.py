@@ -4,20 +4,32 @@ Executors: ``process`` (concurrent.futures.ProcessPoolExecutor, the default), ``
 (an existing dask.distributed cluster, or a local one) and ``ray``, the last two only if the
 package is importable. Each finished point is written to ``points/<id>.json`` atomically by
 this (the parent) process as soon as it arrives; ``results.csv`` is rebuilt at the end, and
-also when the run is interrupted, so Ctrl-C keeps every finished point.
+also when the run is interrupted.
+
+Ctrl-C (or SIGTERM) stops a run within about two seconds and keeps every point that finished,
+in flight included: the workers are told to stop (SIGINT), hand back the finished points of the
+chunk they were computing, and are killed after ``SALVAGE_S``; the run says how many points it
+kept. Workers die with the run however it ends (PR_SET_PDEATHSIG, real/lifecycle.py). Runs that
+share a results directory lock each point before computing it (experiments/point_locks.py) and
+wait for the points another run holds, so each point is computed once and every run ends with
+the full table.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
+import signal
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from experiments.config import Experiment, Point, Skipped, expand
+from experiments.point_locks import PointLocks
 from experiments.points import axis_columns, point_id, provenance, run_real_point, run_sim_chunk
 from experiments.store import ResultDir
 from sim.errors import ConfigError
@@ -25,6 +37,12 @@ from sim.errors import ConfigError
 EXECUTORS = ("process", "dask", "ray")
 TARGET_CHUNKS_PER_JOB = 8
 """Split the sim points into about this many tasks per worker: few round trips, steady progress."""
+IN_FLIGHT_PER_JOB = 2
+"""Chunks submitted ahead per worker: points are locked when submitted, so runs sharing a
+directory share the work instead of one run locking every point at once."""
+SALVAGE_S = 1.5
+"""After Ctrl-C, how long the workers get to hand back the finished points of their chunk."""
+WAIT_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -36,11 +54,13 @@ class RunSummary:
     skipped: list[Skipped]
     rows: int
     wall_s: float
+    by_others: int = 0
+    """Points another run (sharing the results directory) computed while this one waited."""
 
 
 def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Executor:
     if kind == "process":
-        return cf.ProcessPoolExecutor(max_workers=jobs, initializer=_ignore_sigint)
+        return cf.ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init, initargs=(os.getpid(),))
     if kind == "dask":
         try:
             from dask.distributed import Client, LocalCluster
@@ -88,11 +108,38 @@ class _DaskExecutor(cf.Executor):
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def _ignore_sigint() -> None:
-    """Workers leave Ctrl-C to the parent, which stops the sweep and keeps the finished points."""
-    import signal
+_BUSY = False
+"""In a worker: True while it computes a chunk (``_worker_chunk``)."""
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+def _worker_init(parent_pid: int) -> None:
+    """A pool worker dies with the run (SIGKILL included) and takes SIGINT (the terminal's Ctrl-C,
+    or the run's own on interrupt) as "hand back what you finished" while it computes a chunk;
+    between chunks it ignores it (the parent stops the sweep)."""
+    from real.lifecycle import die_with_parent
+
+    die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, _worker_sigint)
+
+
+def _worker_sigint(signum, frame) -> None:
+    if _BUSY:
+        raise KeyboardInterrupt
+
+
+def _worker_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """``run_sim_chunk`` in a pool worker: on SIGINT, the points finished so far."""
+    global _BUSY
+    done: list[tuple[str, dict[str, Any]]] = []
+    try:
+        _BUSY = True
+        for payload in payloads:
+            done.extend(run_sim_chunk([payload]))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _BUSY = False
+    return done
 
 
 class _RayExecutor(cf.Executor):
@@ -111,12 +158,6 @@ class _RayExecutor(cf.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         return None
-
-
-def _chunks(items: list[dict[str, Any]], jobs: int) -> Iterator[list[dict[str, Any]]]:
-    size = max(1, min(16, len(items) // max(1, jobs * TARGET_CHUNKS_PER_JOB)))
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
 
 
 def plan(experiment: Experiment, measure: Callable[..., dict[str, Any]] | None = None) -> tuple[list[Point], list[Skipped]]:
@@ -182,62 +223,182 @@ def run_experiment(
         log(f"reusing points computed at git revision {', '.join(sorted(map(str, older)))} "
             f"(now {stamp['git_revision']}); --force recomputes them")
 
-    def finish(pid: str, columns: dict[str, Any]) -> None:
+    locks = PointLocks(store.points_dir)
+    ours: set[str] = set()
+    refused: list[Skipped] = []
+    before = {pid: _mtime(store.point_path(pid)) for pid in todo}  # --force, or unreadable: files to replace
+
+    def written_meanwhile(pid: str) -> bool:
+        """Another run sharing the directory wrote the point since this run started."""
+        now = _mtime(store.point_path(pid))
+        return now is not None and now != before.get(pid)
+
+    def take(pid: str) -> bool:
+        """Lock ``pid`` for this run, unless another run holds it or has already written it."""
+        if not locks.acquire(pid):
+            return False
+        if pid not in ours and written_meanwhile(pid):
+            locks.release(pid)
+            return False
+        return True
+
+    def finish(pid: str, columns: dict[str, Any] | ConfigError) -> None:
         point = by_id[pid]
+        ours.add(pid)
+        bar.update(1)
+        if isinstance(columns, ConfigError):  # refused by the simulator itself: skipped, reported
+            refused.append(Skipped(point.axes, str(columns)))
+            log(f"skipped {_axes_text(point.axes)}: {columns}")
+            locks.release(pid)
+            return
         row = {"point_id": pid, "source": point.source, "repetition": point.repetition,
                **axis_columns(point.axes), **columns, **stamp}
         store.write_point(pid, row, point.spec)
+        locks.release(pid)
 
-    computed = 0
-    refused: list[Skipped] = []
+    def compute_here(pid: str) -> None:
+        """One point in this process (a point whose other run died while holding it)."""
+        if by_id[pid].source == "sim":
+            for got, columns in run_sim_chunk([_payload(pid, by_id, experiment)]):
+                finish(got, columns)
+        else:
+            finish(pid, run_real_point(by_id[pid].spec, experiment.real, measure))
+
     sim_todo = [pid for pid in todo if by_id[pid].source == "sim"]
     real_todo = [pid for pid in todo if by_id[pid].source == "real"]
     jobs = max(1, jobs or os.cpu_count() or 1)
     bar = _progress(len(todo), experiment.name, progress)
     try:
-        for pid, columns in _run_sim(sim_todo, by_id, experiment, jobs, executor, address):
-            bar.update(1)
-            if isinstance(columns, ConfigError):  # refused by the simulator itself: skipped, reported
-                refused.append(Skipped(by_id[pid].axes, str(columns)))
-                log(f"skipped {_axes_text(by_id[pid].axes)}: {columns}")
-                continue
-            finish(pid, columns)
-            computed += 1
+        _run_sim(sim_todo, by_id, experiment, jobs, executor, address, take, finish)
         for pid in real_todo:
-            finish(pid, run_real_point(by_id[pid].spec, experiment.real, measure))
-            computed += 1
-            bar.update(1)
+            if take(pid):
+                finish(pid, run_real_point(by_id[pid].spec, experiment.real, measure))
+        _wait_for_others([pid for pid in todo if pid not in ours], store, locks, take, compute_here, log,
+                         written_meanwhile)
+    except KeyboardInterrupt:
+        kept = len(store.finished_ids() & set(order))
+        log(f"interrupted: kept {kept} of {len(order)} points in {store.points_dir} ({len(ours) - len(refused)} "
+            f"finished in this run); the same command computes the other {len(order) - kept - len(refused)}")
+        raise
     finally:
+        locks.release_all()
         bar.close()
         if refused:
             store.write_meta(experiment, order, skipped + refused)
         rows = store.rebuild_csv(order)
-    return RunSummary(store.path, len(order), len(done), computed, skipped + refused, rows, time.perf_counter() - start)
+    return RunSummary(store.path, len(order), len(done), len(ours) - len(refused), skipped + refused, rows,
+                      time.perf_counter() - start, len(todo) - len(ours))
 
 
 def _axes_text(axes: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 
-def _run_sim(pids: list[str], by_id: dict[str, Point], experiment: Experiment, jobs: int, executor: str,
-             address: str | None) -> Iterator[tuple[str, dict[str, Any] | ConfigError]]:
-    payloads = [{"point_id": pid, "spec": by_id[pid].spec, "calibration": experiment.calibration,
-                 "iterations": experiment.iterations, "plan": experiment.plan} for pid in pids]
-    if not payloads:
+def _wait_for_others(others: list[str], store: ResultDir, locks: PointLocks, take: Callable[[str], bool],
+                     compute_here: Callable[[str], None], log, written: Callable[[str], bool]) -> None:
+    """Points another run locked (``others``, not computed here): wait until it writes them
+    (``written``); compute here any whose lock went stale (its run died) before it did."""
+    waiting = [pid for pid in others if not (written(pid) and not locks.held_elsewhere(pid))]
+    if not waiting:
         return
+    owners = sorted({text.split()[0] for pid in waiting if (text := locks.owner(pid))})
+    log(f"{len(waiting)} points are being computed by another run into {store.path} (pid "
+        f"{', '.join(owners) or '?'}): waiting for them")
+    while waiting:
+        still = []
+        for pid in waiting:
+            if written(pid) and not locks.held_elsewhere(pid):
+                continue
+            if take(pid):  # its run died (or let it go) before writing it: compute it here
+                compute_here(pid)
+            elif not (written(pid) and not locks.held_elsewhere(pid)):
+                still.append(pid)
+        waiting = still
+        if waiting:
+            time.sleep(WAIT_POLL_S)
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _payload(pid: str, by_id: dict[str, Point], experiment: Experiment) -> dict[str, Any]:
+    return {"point_id": pid, "spec": by_id[pid].spec, "calibration": experiment.calibration,
+            "iterations": experiment.iterations, "plan": experiment.plan}
+
+
+def _run_sim(pids: list[str], by_id: dict[str, Point], experiment: Experiment, jobs: int, executor: str,
+             address: str | None, take: Callable[[str], bool],
+             finish: Callable[[str, dict[str, Any] | ConfigError], None]) -> None:
+    """Compute the points of ``pids`` this run can ``take``, calling ``finish`` for each as it arrives."""
+    if not pids:
+        return
+    pending = deque(pids)
+    size = max(1, min(16, len(pids) // max(1, jobs * TARGET_CHUNKS_PER_JOB)))
+
+    def next_chunk(n: int) -> list[dict[str, Any]]:
+        chunk = []
+        while pending and len(chunk) < n:
+            pid = pending.popleft()
+            if take(pid):
+                chunk.append(_payload(pid, by_id, experiment))
+        return chunk
+
     if jobs == 1 and executor == "process":
-        for payload in payloads:
-            yield from run_sim_chunk([payload])
+        while chunk := next_chunk(1):
+            for pid, columns in run_sim_chunk(chunk):
+                finish(pid, columns)
         return
     pool = make_executor(executor, jobs, address)
+    task = _worker_chunk if executor == "process" else run_sim_chunk
+    in_flight: set[cf.Future] = set()
     try:
-        futures = [pool.submit(run_sim_chunk, chunk) for chunk in _chunks(payloads, jobs)]
-        for future in cf.as_completed(futures):
-            yield from future.result()
+        while True:
+            while len(in_flight) < IN_FLIGHT_PER_JOB * jobs and (chunk := next_chunk(size)):
+                in_flight.add(pool.submit(task, chunk))
+            if not in_flight:
+                break
+            finished, in_flight = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
+            for future in finished:
+                for pid, columns in future.result():
+                    finish(pid, columns)
+    except KeyboardInterrupt:
+        _salvage(pool, in_flight, finish)
+        raise
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        _stop_pool(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def _workers(pool: cf.Executor) -> list[Any]:
+    """A process pool's worker processes (CPython's ProcessPoolExecutor._processes; none for others)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _salvage(pool: cf.Executor, in_flight: set[cf.Future], finish) -> None:
+    """Interrupted: ask the workers for what they finished, keep it, stop them, within SALVAGE_S."""
+    for proc in _workers(pool):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGINT)
+    if in_flight:
+        finished, _ = cf.wait(in_flight, timeout=SALVAGE_S)
+        for future in finished:
+            if not future.cancelled() and future.exception() is None:
+                for pid, columns in future.result():
+                    finish(pid, columns)
+    _stop_pool(pool)
+
+
+def _stop_pool(pool: cf.Executor) -> None:
+    """Kill the workers at once (they hold no result worth waiting for) and let the pool go."""
+    for proc in _workers(pool):
+        with contextlib.suppress(ProcessLookupError, OSError, AttributeError):
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _progress(total: int, name: str, enabled: bool):

@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary = run_experiment(experiment, out_dir, jobs=args.jobs, executor=args.executor, address=args.address,
                              force=args.force, progress=args.progress)
-    print(f"{summary.rows} rows ({summary.computed} computed, {summary.reused} reused) in {summary.wall_s:.1f} s "
+    others = f", {summary.by_others} computed by another run" if summary.by_others else ""
+    print(f"{summary.rows} rows ({summary.computed} computed, {summary.reused} reused{others}) in {summary.wall_s:.1f} s "
           f"-> {summary.out_dir / 'results.csv'}")
     from experiments.store import ResultDir
 

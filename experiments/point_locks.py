@@ -1,0 +1,108 @@
+"""Which run computes which point, when several runs share one results directory.
+
+Before computing a point a run creates ``points/<id>.lock`` (O_CREAT | O_EXCL: one run wins)
+holding its pid, the process' start time and the host. Another run skips a locked point and,
+once its own work is done, waits for the holder's ``points/<id>.json``; a lock whose owner
+is gone (same host, no process with that pid and start time) is stale and taken over, so a run
+killed outright never blocks the next one. Two concurrent ``scalebench run``s into one directory
+therefore compute each point once and both end with the full table. Locks are removed when the
+point is written, on every exit, and by the reaper after SIGKILL (real/lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+SUFFIX = ".lock"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return "" if fields[0] == "Z" else fields[19]
+
+
+def _hold(kind: str, value: str, release: bool = False) -> None:
+    """Tell this process' reaper (if the harness is installed) about a lock file."""
+    try:
+        from real import lifecycle
+    except ImportError:
+        return
+    (lifecycle.release if release else lifecycle.hold)(kind, value)
+
+
+class PointLocks:
+    def __init__(self, points_dir: str | Path):
+        self.dir = Path(points_dir)
+        self.mine: set[str] = set()
+        self.me = f"{os.getpid()} {_start_time(os.getpid())} {socket.gethostname()}"
+
+    def path(self, pid: str) -> Path:
+        return self.dir / f"{pid}{SUFFIX}"
+
+    def owner(self, pid: str) -> str | None:
+        """The lock's text ("pid start host"), or None when the point is not locked."""
+        try:
+            return self.path(pid).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+
+    def stale(self, text: str) -> bool:
+        """A lock of this host whose process is gone (or whose pid now names another process)."""
+        parts = text.split()
+        if len(parts) != 3 or parts[2] != socket.gethostname() or not parts[0].isdigit():
+            return len(parts) != 3  # unreadable: stale; another host's: not ours to judge
+        return _start_time(int(parts[0])) != parts[1]
+
+    def acquire(self, pid: str) -> bool:
+        """True if this run now holds the point (it was free, stale, or already ours)."""
+        if pid in self.mine:
+            return True
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path(pid), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                text = self.owner(pid)
+                if text is None or text == "" or self.stale(text):  # "" : being written, or truncated
+                    if text == "" and self._young(pid):
+                        return False
+                    with contextlib.suppress(OSError):
+                        self.path(pid).unlink()
+                    continue
+                return False
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(self.me + "\n")
+            self.mine.add(pid)
+            _hold("file", str(self.path(pid)))
+            return True
+        return False
+
+    def _young(self, pid: str, seconds: float = 5.0) -> bool:
+        import time
+
+        try:
+            return time.time() - self.path(pid).stat().st_mtime < seconds
+        except OSError:
+            return False
+
+    def held_elsewhere(self, pid: str) -> bool:
+        """Another live run holds the point."""
+        text = self.owner(pid)
+        return text is not None and text != self.me and not self.stale(text)
+
+    def release(self, pid: str) -> None:
+        if pid in self.mine:
+            self.mine.discard(pid)
+            with contextlib.suppress(OSError):
+                self.path(pid).unlink()
+            _hold("file", str(self.path(pid)), release=True)
+
+    def release_all(self) -> None:
+        for pid in list(self.mine):
+            self.release(pid)
