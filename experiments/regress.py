@@ -2,7 +2,7 @@
 
 A suite file (experiments/regress.yaml) lists experiment configs under ``scenarios:``; each is
 simulated in this process and every point is compared, by point id, with the baseline row in
-``results/baselines/<scenario>.csv``. A point fails when its efficiency moved by more than
+``experiments/baselines/<scenario>.csv`` (package data). A point fails when its efficiency moved by more than
 ``efficiency_pp`` percentage points or its iteration time by more than ``iteration_time_pct``
 percent (defaults at the top of the suite, overridable per scenario with ``tolerance:``). A point
 with no baseline, or a baseline point the suite no longer produces, also fails: baselines are

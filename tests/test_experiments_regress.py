@@ -94,10 +94,39 @@ def test_tolerances(now_eff, now_time, tol_pp, status):
 
 
 def test_committed_suite_passes_against_committed_baselines(capsys):
-    """The CI check itself: the repository's model against results/baselines/."""
+    """The CI check itself: the repository's model against experiments/baselines/."""
     root = Path(__file__).resolve().parents[1]
-    checks = run_suite(root / "experiments" / "regress.yaml", root / "results" / "baselines")
+    checks = run_suite(root / "experiments" / "regress.yaml", root / "experiments" / "baselines")
     assert checks and all(c.status == "OK" for c in checks), [c for c in checks if c.failed][:3]
+
+
+def test_regress_outside_the_repository_compares_with_the_package_baselines(tmp_path):
+    """Run from any directory, the check finds the baselines installed with the package (it used
+    to look for ./results/baselines and report every point NEW)."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "scalebench", "regress", "--quiet"], cwd=tmp_path, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(root)}, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("scalebench regress: passed (")
+    assert "NEW" not in out.stdout and not list(tmp_path.iterdir())
+
+
+def test_update_writes_the_checkouts_baselines_and_refuses_an_installed_package(tmp_path, monkeypatch):
+    import experiments
+    from scalebench.commands.regress import package_baselines
+
+    root = Path(__file__).resolve().parents[1]
+    assert package_baselines(update=True) == root / "experiments" / "baselines"  # a source checkout
+    installed = tmp_path / "site-packages" / "experiments"
+    installed.mkdir(parents=True)
+    monkeypatch.setattr(experiments, "__file__", str(installed / "__init__.py"))
+    assert package_baselines(update=False) == installed / "baselines"
+    with pytest.raises(ConfigError, match=r"^--update: .* a source checkout's baselines \(this package is installed"):
+        package_baselines(update=True)
 
 
 def test_claims_table_from_results_and_readme_update(tmp_path):
