@@ -121,7 +121,7 @@ def launch(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_s: flo
     processes did meanwhile (real/load.py: ``others_cpu_fraction``, ``loadavg_1m``)."""
     from real.binding import binding_enabled
     from real.lifecycle import reap_stale_dirs
-    from real.load import BUSY_ATTEMPTS, LAUNCH_LOG, LoadSample, busy_limit
+    from real.load import BUSY_ATTEMPTS, LAUNCH_LOG, LoadSample, busy_limit, busy_progress
     from real.steal import least_stolen
 
     binding_enabled()  # a bad SCALEBENCH_BIND_CORES is refused here, before any rank starts
@@ -139,7 +139,7 @@ def launch(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_s: flo
     limit = busy_limit()
     result, fraction, launches = least_stolen(
         once, others=lambda r: r.get("others_cpu_fraction"), others_limit=1.0 if limit is None else limit,
-        others_attempts=BUSY_ATTEMPTS if limit is not None else 1)
+        others_attempts=BUSY_ATTEMPTS if limit is not None else 1, progress=busy_progress())
     return {**result, "cpu_steal_fraction": fraction, "launches": launches}
 
 

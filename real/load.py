@@ -3,9 +3,11 @@ load average, sampled around each launch (real/launch.py).
 
     others_cpu_fraction = (busy CPU time of the whole machine - our own CPU time) / (wall x CPUs)
 
-Busy time is user + nice + system + irq + softirq of /proc/stat's "cpu" line (proc(5); guest time
-is inside user; idle, iowait and steal are not busy); our own is this process' CPU time and its
-reaped children's (os.times: the ranks are reaped before the sample ends). 0.05 means other
+Busy time is user + nice + system of /proc/stat's "cpu" line (proc(5); guest time is inside
+user). Not irq and softirq: the kernel accounts the loopback traffic of our own collectives there,
+to no process, so counting it would make our own allreduces look like a neighbour. Our own time
+is this process' CPU time and its reaped children's (os.times: the ranks are reaped before the
+sample ends). 0.05 means other
 processes used 5 % of all the machine's cores during the launch. ``others_top`` names the
 busiest of them (pids alive at both ends of the window, their utime + stime from
 /proc/PID/stat), which the validation report quotes when it calls a measurement disturbed.
@@ -30,16 +32,17 @@ BUSY_ATTEMPTS = 2
 LAUNCH_LOG: list[dict[str, Any]] = []
 """What every launch of this process measured of the rest of the machine, in order (real/launch.py
 appends; the validation reads the part its calibration or measurement made)."""
-_retry_busy: list[float] = []
+_retry_busy: list[tuple[float, Any]] = []
 
 
 @contextlib.contextmanager
-def retry_when_busy(limit: float = BUSY_LIMIT):
+def retry_when_busy(limit: float = BUSY_LIMIT, progress=None):
     """Within the block, a launch during which other processes used more than ``limit`` of the
     CPU is launched again (at most BUSY_ATTEMPTS times; the least disturbed is kept), as a launch
     that lost CPU to the hypervisor always is (real/steal.py). The validation and the calibration
-    turn it on; a single `scalebench real` measurement does not (it records the load instead)."""
-    _retry_busy.append(limit)
+    turn it on; a single `scalebench real` measurement does not (it records the load instead).
+    ``progress`` (a callable taking a line) hears of every relaunch."""
+    _retry_busy.append((limit, progress))
     try:
         yield
     finally:
@@ -48,7 +51,12 @@ def retry_when_busy(limit: float = BUSY_LIMIT):
 
 def busy_limit() -> float | None:
     """The limit of the innermost ``retry_when_busy`` block, or None outside any."""
-    return _retry_busy[-1] if _retry_busy else None
+    return _retry_busy[-1][0] if _retry_busy else None
+
+
+def busy_progress():
+    """The ``progress`` of the innermost ``retry_when_busy`` block (None outside any)."""
+    return _retry_busy[-1][1] if _retry_busy else None
 
 
 def busy_ticks(path: Path = Path("/proc/stat")) -> int | None:
@@ -57,10 +65,10 @@ def busy_ticks(path: Path = Path("/proc/stat")) -> int | None:
         fields = path.read_text(encoding="ascii").splitlines()[0].split()
     except (OSError, IndexError):
         return None
-    if not fields or fields[0] != "cpu" or len(fields) < 8:
+    if not fields or fields[0] != "cpu" or len(fields) < 4:
         return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
-    return user + nice + system + irq + softirq
+    user, nice, system = (int(x) for x in fields[1:4])
+    return user + nice + system
 
 
 def own_cpu_s() -> float:

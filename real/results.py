@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import platform
@@ -60,6 +61,24 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """Which machine a calibration or a measurement describes: host name, CPU model and count,
+    memory, torch version. Numbers measured on one machine predict nothing on another."""
+    import os
+    import socket
+    from importlib import metadata
+
+    memory = 0
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        memory = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0]) * 1024
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = ""
+    return {"host": socket.gethostname(), "cpu_model": cpu_model(), "cpus": os.cpu_count(),
+            "memory_gib": round(memory / 2**30), "torch": torch_version}
 
 
 @cache

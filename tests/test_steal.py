@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import math
+import os
+import signal
+import time
 
 import pytest
 
@@ -85,3 +89,39 @@ def test_steal_columns():
     assert steal_columns({"cpu_steal_fraction": 0.0312, "launches": 2}) == {"cpu_steal_percent": 3.12, "launches": 2}
     cols = steal_columns({})
     assert cols["launches"] == 1 and cols["cpu_steal_percent"] != cols["cpu_steal_percent"]  # NaN
+
+
+# -- other processes' share of the CPU (real/load.py) --------------------------------------------
+
+def test_others_share_is_busy_time_minus_our_own_over_wall_time_and_cores(tmp_path):
+    from real.load import CLK_TCK, busy_ticks, fraction
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1000 50 450 9000 10 20 30 5 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert busy_ticks(stat) == 1000 + 50 + 450  # user + nice + system: irq and softirq are not a neighbour's
+    # 2 cores for 2 s; 3 s of busy CPU in all, 1 s of it ours: others used 2 s of 4 -> 50 %
+    assert fraction(0, 3 * CLK_TCK, own_s=1.0, wall_s=2.0, cpus=2) == pytest.approx(0.5)
+    assert fraction(0, CLK_TCK // 2, own_s=1.0, wall_s=2.0, cpus=2) == 0.0  # tick rounding never goes negative
+    assert math.isnan(fraction(None, 10, own_s=0.0, wall_s=1.0, cpus=2))
+
+
+def test_a_load_sample_counts_a_busy_neighbour_and_names_it():
+    import subprocess
+    import sys
+
+    from real.load import LoadSample
+
+    # a grandchild, so that it is not one of "our" children: `sh` starts it and waits
+    busy = subprocess.Popen(["sh", "-c", f"{sys.executable} -c 'while True: pass' & echo $!; wait"],
+                            stdout=subprocess.PIPE, text=True)
+    looping = int(busy.stdout.readline())
+    try:
+        time.sleep(0.3)
+        with LoadSample() as sample:
+            time.sleep(1.5)
+    finally:
+        os.kill(looping, signal.SIGKILL)
+        busy.wait()
+    got = sample.as_dict()
+    assert 0.0 <= got["others_cpu_fraction"] <= 1.05 and got["loadavg_1m"] > 0
+    assert "python" in got["others_top"] or got["others_cpu_fraction"] > 0  # on a busy machine it may be outranked

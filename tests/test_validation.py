@@ -295,8 +295,8 @@ def test_measure_all_runs_rounds_one_after_the_other_and_resumes(tmp_path, monke
     import real.measure
     from validation.run import measure_all
 
-    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 10}, "measure": {"rounds": 3},
-            "sweeps": [{"model": ["mlp", "small_cnn"], "ranks": 2}]}
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 10}, "measure": {"rounds": 3, "max_rounds": 3},
+            "sweeps": [{"model": ["mlp", "small_cnn"], "ranks": 2}]}  # max_rounds 3: no re-measuring of spread points
     cfg = load_validation_config(_write(tmp_path, spec))
     assert cfg.rounds == 3
     times = iter([0.01, 0.02, 0.05, 0.02, 0.03, 0.03])

@@ -107,10 +107,42 @@ def calibrated_catalog(cal: Calibration) -> Catalog:
     return base.extended(extra, where=str(cal.path / "links.yaml"))
 
 
-def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recalibrate: bool, progress=print) -> Calibration:
-    """Load the calibration in ``directory``; run ``scalebench calibrate``'s measurement first
-    when it is missing or ``recalibrate`` is set."""
+PIECES = (("framework_ranks", FRAMEWORK_FILE), ("stall_ranks", STALL_FILE), ("codec_ranks", CODECS_FILE),
+          ("codec_op_ranks", CODEC_OPS_FILE), ("pipeline_ranks", PIPELINE_FILE))
+"""Calibration pieces beyond device.yaml: the settings key that asks for one, and its file."""
+
+
+def calibration_missing(directory: str | Path, settings: dict[str, Any]) -> list[str]:
+    """The files a calibration for ``settings`` lacks in ``directory`` (empty: complete)."""
     directory = Path(directory)
+    missing = [] if (directory / "device.yaml").exists() else ["device.yaml"]
+    return missing + [name for key, name in PIECES if settings.get(key) and not (directory / name).exists()]
+
+
+def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recalibrate: bool, progress=print,
+                       busy_percent: float | None = None) -> Calibration:
+    """Load the calibration in ``directory``; run ``scalebench calibrate``'s measurement first
+    when it is missing or ``recalibrate`` is set. With ``busy_percent``, a launch disturbed by
+    other processes is launched again (real/load.py) and what every launch saw of the rest of the
+    machine goes into ``directory/record.json`` (validation/record.py) with the machine's name."""
+    from contextlib import nullcontext
+
+    from real.load import LAUNCH_LOG, retry_when_busy
+    from validation import record
+
+    directory = Path(directory)
+    first = len(LAUNCH_LOG)
+    busy = retry_when_busy(busy_percent / 100, progress) if busy_percent is not None else nullcontext()
+    with busy:
+        _calibrate_missing(directory, settings, recalibrate=recalibrate, progress=progress)
+    launches = LAUNCH_LOG[first:]
+    if launches:
+        kept = [] if recalibrate else record.read(directory).get("launches", [])
+        record.write(directory, launches=kept + launches)
+    return load_calibration(directory)
+
+
+def _calibrate_missing(directory: Path, settings: dict[str, Any], *, recalibrate: bool, progress) -> None:
     if recalibrate or not (directory / "device.yaml").exists():
         from real.calibrate import calibrate
 
@@ -142,7 +174,6 @@ def ensure_calibration(directory: str | Path, settings: dict[str, Any], *, recal
         calibrate_pipeline(directory, tuple(settings["pipeline_ranks"]),
                            micro_batches=dict(settings.get("pipeline_micro_batch") or {}),
                            rounds=int(settings.get("step_rounds", 3)), progress=progress)
-    return load_calibration(directory)
 
 
 def predict_collective_s(collective: str, size_bytes: float, cluster: Cluster) -> float:

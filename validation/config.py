@@ -20,7 +20,8 @@ from sim.units import parse_bytes
 CONFIG_KEYS = ("name", "description", "out", "threshold", "measure", "calibration", "network",
                "batch_sizes", "defaults", "sweeps")
 THRESHOLD_KEYS = ("mape_percent", "worst_percent", "min_points", "why")
-MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations", "rounds", "step_profiles")
+MEASURE_KEYS = ("iterations", "warmup", "timeout_s", "min_time_s", "max_iterations", "rounds", "step_profiles",
+                "busy_percent", "max_spread_percent", "max_rounds")
 CALIBRATION_KEYS = ("dir", "models", "colocated", "ranks", "links", "max_bytes", "iterations", "step_rounds",
                     "comm_rounds",
                     "codec_ranks",
@@ -93,11 +94,24 @@ class ValidationConfig:
     """Profile the whole compute-only step (the calibration's ``steps``) once more just before
     each round, and predict with the median of those launches: the points' rounds and the step
     they are predicted from then sample the same hour of a machine whose speed drifts."""
+    busy_percent: float = 10.0
+    """A launch during which other processes used more of the machine's CPU is disturbed: it is
+    launched again (once), and a point without ``rounds`` undisturbed launches is not judged
+    (validation/noise.py)."""
+    max_spread_percent: float = 25.0
+    """A point whose ``rounds`` best-agreeing undisturbed launches spread more is not judged."""
+    max_rounds: int = 0
+    """Launches a point not judged may get in all (re-measured after the rounds); 0: rounds + 2."""
     calibration: dict[str, Any]
     network: dict[str, Any]
     points: tuple[Point, ...]
     skipped: tuple[tuple[str, str], ...] = field(default=())
     """(description, reason) of combinations dropped while expanding."""
+
+    @property
+    def launch_budget(self) -> int:
+        """Launches a point may get in all: ``max_rounds``, or ``rounds`` + 2 when unset."""
+        return max(self.rounds, self.max_rounds or self.rounds + 2)
 
 
 def _section(spec: dict[str, Any], key: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -264,6 +278,9 @@ def load_validation_config(path: str | Path) -> ValidationConfig:
                                         allow_zero=True),
         rounds=require_positive("measure.rounds", measure.get("rounds", 1), integer=True),
         step_profiles=step_profiles,
+        busy_percent=float(require_positive("measure.busy_percent", measure.get("busy_percent", 10.0))),
+        max_spread_percent=float(require_positive("measure.max_spread_percent", measure.get("max_spread_percent", 25.0))),
+        max_rounds=require_positive("measure.max_rounds", measure.get("max_rounds", 0), integer=True, allow_zero=True),
         calibration=calibration,
         network=network,
         points=tuple(points),

@@ -152,7 +152,7 @@ def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300,
     """Run ``job`` on ``n`` co-located ranks of ``module`` (``python -m module JOB.json``, which
     writes rank 0's rows to ``job["out"]``); return rank 0's rows. Launched again when the
     hypervisor took too much of the CPU meanwhile (real/steal.py)."""
-    from real.load import BUSY_ATTEMPTS, LAUNCH_LOG, LoadSample, busy_limit
+    from real.load import BUSY_ATTEMPTS, LAUNCH_LOG, LoadSample, busy_limit, busy_progress
     from real.steal import least_stolen
 
     def once() -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -164,7 +164,7 @@ def run_ranks(n: int, job: dict[str, Any], *, timeout_s: float = 300,
     limit = busy_limit()
     (rows, _), _, _ = least_stolen(once, others=lambda r: r[1].get("others_cpu_fraction"),
                                    others_limit=1.0 if limit is None else limit,
-                                   others_attempts=BUSY_ATTEMPTS if limit is not None else 1)
+                                   others_attempts=BUSY_ATTEMPTS if limit is not None else 1, progress=busy_progress())
     return rows
 
 

@@ -1,5 +1,11 @@
 """scalebench validate: measure a declared sweep on the real harness, predict it with the
-calibrated simulator, compare; exit 1 when the MAPE passes the config's threshold."""
+calibrated simulator, compare.
+
+Exit status: 0 PASS (the judged points are within the config's thresholds), 1 FAIL (a model
+error: the judged points miss the thresholds, or a point is predicted slower than any of its
+launches by more than the threshold, which no noise explains), 3 INCONCLUSIVE (the machine was
+too busy or the launches too spread to judge the model: the reason is printed; run it again when
+the machine is quiet), 2 bad input (an incomplete record with --replay among it). docs/validation.md."""
 
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recalibrate", action="store_true", help="run the calibration again even if it exists")
     parser.add_argument("--remeasure", action="store_true",
                         help="measure every point again (default: reuse <out>/measured.json, predict anew)")
+    parser.add_argument("--replay", action="store_true",
+                        help="measure nothing: predict the complete record in <out> anew (exit 2 if incomplete)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.errors import ConfigError
 
     harness_only = {"--quick": args.quick, "--config": args.config, "--out": args.out,
-                    "--recalibrate": args.recalibrate, "--remeasure": args.remeasure}
+                    "--recalibrate": args.recalibrate, "--remeasure": args.remeasure, "--replay": args.replay}
     if args.suite == "devset":
         for flag, value in harness_only.items():
             if value:  # the devset suite measures nothing and writes nothing: the flag would be ignored
@@ -63,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.fileio import check_writable
 
     check_writable("--out" if args.out else f"{path}: out", cfg.out, directory=True)  # before measuring
-    status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure,
+    status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure, replay=args.replay,
                                   progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
     sys.stdout.write(text)
     sys.stdout.write(f"\nresults in {cfg.out}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
