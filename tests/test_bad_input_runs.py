@@ -159,4 +159,8 @@ def test_the_readme_states_every_exit_status_the_cli_returns():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     section = readme.split("## Exit status", 1)[1].split("\n## ", 1)[0]
     stated = {int(m) for m in re.findall(r"^\| (\d+) \|", section, flags=re.M)}
-    assert stated == {cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_BROKEN_PIPE}
+    assert stated == {cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_BAD_INPUT, cli.EXIT_INTERRUPTED, cli.EXIT_BROKEN_PIPE,
+                      cli.EXIT_INCONCLUSIVE, cli.EXIT_TERMINATED, cli.EXIT_HANGUP}
+    from validation.noise import EXIT_STATUS
+
+    assert EXIT_STATUS == {"PASS": cli.EXIT_OK, "FAIL": cli.EXIT_FAILED, "INCONCLUSIVE": cli.EXIT_INCONCLUSIVE}
