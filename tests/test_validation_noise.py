@@ -229,3 +229,40 @@ def test_noisy_points_are_re_measured_up_to_the_budget(tmp_path, monkeypatch):
     measured = measure_all(cfg, remeasure=True, progress=lambda _: None)
     assert calls.count(a) == 4 and calls.count(b) == 5
     assert judgement(cfg, measured[a]).judged and not judgement(cfg, measured[b]).judged
+
+
+@pytest.mark.parametrize(("cal_busy", "point_busy", "status", "verdict"), [
+    (0.01, QUIET, 0, "Verdict: PASS"),
+    (0.55, QUIET, 3, "Verdict: INCONCLUSIVE (the calibration was disturbed: 1 of 2 of its launches"),
+    (0.01, BUSY, 3, "Verdict: INCONCLUSIVE (only 0 of 2 points could be judged (need 2)"),
+])
+def test_the_command_exits_with_the_verdict_and_says_why(tmp_path, cal_busy, point_busy, status, verdict):
+    """`scalebench validate` on a complete record whose launches carry their load: quiet -> PASS
+    (0); a busy calibration or busy points -> INCONCLUSIVE (3), the reason in the summary."""
+    from scalebench.cli import main
+    from sim.calibration import load_calibration
+    from tests.test_validation import _calibration, _write
+    from validation.calib import calibrated_catalog
+    from validation.config import load_validation_config
+    from validation.points import predict
+
+    cal_dir = tmp_path / "cal"
+    _calibration(cal_dir)
+    (cal_dir / "record.json").write_text(json.dumps({"launches": [
+        {"kind": "layer_profile", "others_cpu_fraction": 0.01}, {"kind": "comm", "others_cpu_fraction": cal_busy}]}))
+    spec = {"out": str(tmp_path / "out"), "threshold": {"mape_percent": 10, "min_points": 2},
+            "measure": {"rounds": 2}, "calibration": {"dir": str(cal_dir)}, "sweeps": [{"model": "mlp", "ranks": [1, 2]}]}
+    path = _write(tmp_path, spec)
+    cfg = load_validation_config(path)
+    cal = load_calibration(cal_dir)
+    catalog = calibrated_catalog(cal)
+    cache = {}
+    for p in cfg.points:
+        t = predict(p, cal, catalog)["iteration_time_s"] / 1.02
+        rows = [{"iteration_time_s": t, "others_cpu_percent": point_busy}, {"iteration_time_s": t * 1.01,
+                                                                             "others_cpu_percent": point_busy}]
+        cache[p.id] = {"status": "measured", "row": rows[0], "rounds": rows}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "measured.json").write_text(json.dumps(cache))
+    assert main(["validate", "--config", str(path), "--replay"]) == status
+    assert verdict in (tmp_path / "out" / "summary.md").read_text()
