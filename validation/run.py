@@ -11,6 +11,7 @@ whether the verdict is PASS, FAIL or INCONCLUSIVE.
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print, extra
     point that fails is not retried in later rounds); then launch the points the machine's noise
     left unjudged (validation/noise.py) again, one more launch per pass, up to
     ``cfg.launch_budget`` launches each. A launch disturbed by other processes is itself
-    launched again once (real/load.py)."""
+    launched again once (real/load.py). Without ``extra`` (the calibration was disturbed, so the
+    verdict cannot be had) neither: the points are measured once per round, for the record."""
     from real.load import LAUNCH_LOG, retry_when_busy
     from validation import record
     from validation.points import harness_gap
@@ -74,7 +76,7 @@ def measure_all(cfg: ValidationConfig, *, remeasure: bool, progress=print, extra
     steps = {} if remeasure else _load(steps_path)
     step_rounds: list[Any] = steps.get("rounds", [])
     step_loads: list[Any] = steps.get("loads", [[] for _ in step_rounds])
-    with retry_when_busy(cfg.busy_percent / 100, progress):
+    with retry_when_busy(cfg.busy_percent / 100, progress) if extra else nullcontext():
         for rnd in range(cfg.rounds):
             if cfg.step_profiles and len(step_rounds) <= rnd and any(_rounds_done(cache.get(p.id, {})) <= rnd
                                                                      for p in todo):
@@ -267,7 +269,7 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
     early = calibration_noise(record.read(cal_dir).get("launches", []), cfg.busy_percent) if measuring else ""
     if early:
         progress(f"the calibration was disturbed ({early}): the verdict will be INCONCLUSIVE whatever the points "
-                 "measure; measuring them for the record, without re-measuring")
+                 "measure; measuring them once per round for the record, without relaunching or re-measuring")
     measured = (measure_all(cfg, remeasure=remeasure, progress=progress, extra=not early) if measuring
                 else _load(cfg.out / MEASURED_FILE))
     steps = _load(cfg.out / STEPS_FILE) if cfg.step_profiles else {}
