@@ -244,17 +244,21 @@ def run_experiment(
 
     def finish(pid: str, columns: dict[str, Any] | ConfigError) -> None:
         point = by_id[pid]
-        ours.add(pid)
-        bar.update(1)
         if isinstance(columns, ConfigError):  # refused by the simulator itself: skipped, reported
             refused.append(Skipped(point.axes, str(columns)))
             log(f"skipped {_axes_text(point.axes)}: {columns}")
-            locks.release(pid)
-            return
-        row = {"point_id": pid, "source": point.source, "repetition": point.repetition,
-               **axis_columns(point.axes), **columns, **stamp}
-        store.write_point(pid, row, point.spec)
+        else:
+            row = {"point_id": pid, "source": point.source, "repetition": point.repetition,
+                   **axis_columns(point.axes), **columns, **stamp}
+            try:
+                store.write_point(pid, row, point.spec)
+            except KeyboardInterrupt:  # Ctrl-C landed mid-write (atomic: nothing was left): write it, then stop
+                store.write_point(pid, row, point.spec)
+                ours.add(pid)
+                raise
+        ours.add(pid)
         locks.release(pid)
+        bar.update(1)
 
     def compute_here(pid: str) -> None:
         """One point in this process (a point whose other run died while holding it)."""
