@@ -100,7 +100,7 @@ def max_ranks() -> tuple[int, str]:
     return max(1, min(by_cpu, by_memory)), why
 
 
-def check_nproc(nproc: int, field: str = "--nproc") -> int:
+def check_nproc(nproc: int, field: str = "--gpus") -> int:
     """``nproc`` if this machine can run that many ranks, else a ConfigError saying why."""
     from sim.errors import ConfigError, require_positive
 

@@ -130,7 +130,7 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
     world = scenario.cluster.world_size
     from real.launch import check_nproc
 
-    check_nproc(world, "cluster.gpus (--nproc)")
+    check_nproc(world, "cluster.gpus")
     if options.strategy == "pipeline" and world < 2:
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
     job = job_for(spec, options, iterations, warmup, min_time_s=min_time_s, max_iterations=max_iterations)

@@ -114,7 +114,7 @@ def test_killed_launcher_leaves_no_rank_temp_dir_or_namespace(tmp_path, sig, lin
     if link and not _netns_available():
         pytest.skip("network namespaces need root, ip and tc")
     out = tmp_path / "row.csv"
-    argv = ["real", "--nproc", "2", "--workload", "mlp", "--iterations", "100000", "--out", str(out)]
+    argv = ["real", "--gpus", "2", "--model", "mlp", "--iterations", "100000", "--out", str(out)]
     proc = spawn(argv + (["--link", link] if link else []), tmp_path)
     try:
         def stepping():  # both ranks took a step: the launcher holds everything it can hold
@@ -250,12 +250,12 @@ def test_the_reaper_cleans_up_after_a_process_killed_outright(tmp_path):
     wait_for(lambda: not Path(held_dir).exists() and not alive({int(sleeper)}), GONE_S, "the reaper")
 
 
-def test_nproc_beyond_what_the_machine_holds_is_refused_in_one_line(capsys):
+def test_ranks_beyond_what_the_machine_holds_are_refused_in_one_line(capsys):
     from real.launch import max_ranks
     from scalebench.cli import main
 
     most, why = max_ranks()
-    assert main(["real", "--nproc", "1000"]) == 2
+    assert main(["real", "--gpus", "1000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"scalebench real: error: --nproc: got 1000; allowed: at most {most} ranks on this machine ({why})"]
+    assert err == [f"scalebench real: error: --gpus: got 1000; allowed: at most {most} ranks on this machine ({why})"]
     assert "ranks per CPU" in why and "MiB per rank" in why
