@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-import sim.costs.collectives as collectives
+import dataclasses
+
 from experiments.claims import BEGIN, CLAIMS, END, claims_markdown, update_readme
 from experiments.regress import compare, run_suite
 from scalebench.cli import main
+from sim.catalog import Catalog
 from sim.errors import ConfigError
 
 SUITE = {
@@ -45,13 +47,24 @@ def test_unchanged_model_passes(suite, tmp_path, capsys):
     assert out.count("\nOK ") == 8 and "passed (8 OK)" in out
 
 
+def slow_the_network(monkeypatch, factor: float) -> None:
+    """Every link a cluster resolves ``factor`` times slower: line rate, per-flow cap and TCP window
+    divided by it, latencies multiplied (a change of the network model that regress must see)."""
+    original = Catalog.link
+
+    def slowed(self, name, field_name="cluster.link"):
+        link = original(self, name, field_name)
+        return dataclasses.replace(
+            link, bandwidth_Bps=link.bandwidth_Bps / factor, latency_s=link.latency_s * factor,
+            software_latency_s=link.software_latency_s * factor,
+            per_flow_bandwidth_Bps=None if link.per_flow_bandwidth_Bps is None else link.per_flow_bandwidth_Bps / factor,
+            tcp_window_bytes=None if link.tcp_window_bytes is None else link.tcp_window_bytes / factor)
+
+    monkeypatch.setattr(Catalog, "link", slowed)
+
+
 def test_slowed_network_fails(suite, tmp_path, monkeypatch, capsys):
-    original = collectives.message_time_s
-
-    def slowed(n_bytes, link, load=1.0):  # the network model, 30 % slower
-        return 1.3 * original(n_bytes, link, load)
-
-    monkeypatch.setattr(collectives, "message_time_s", slowed)
+    slow_the_network(monkeypatch, 1.3)
     capsys.readouterr()
     assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 1
     out = capsys.readouterr().out
@@ -63,8 +76,7 @@ def test_slowed_network_fails(suite, tmp_path, monkeypatch, capsys):
 
 
 def test_update_rewrites_baselines_on_purpose(suite, tmp_path, monkeypatch):
-    original = collectives.message_time_s
-    monkeypatch.setattr(collectives, "message_time_s", lambda n, link, load=1.0: 2 * original(n, link, load))
+    slow_the_network(monkeypatch, 2.0)
     assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 1
     assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines"), "--update"]) == 0
     assert main(["regress", "--suite", str(suite), "--baselines", str(tmp_path / "baselines")]) == 0
