@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sim.catalog import GPU, Catalog, Link
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
+from sim.topology.spec import Topology
 
 CLUSTER_KEYS = (
     "gpus", "nodes", "gpus_per_node", "gpu", "intra_link", "inter_link", "nics_per_node",
-    "oversubscription",
+    "oversubscription", "topology", "placement",
 )
 MAX_WORLD_SIZE = 2**20
 """1,048,576 GPUs: 64 x the 16,384 H100s of the largest published training run (Llama 3, arXiv:2407.21783,
@@ -29,28 +30,45 @@ class Cluster:
     """Between nodes: each node has ``nics_per_node`` NICs of this link class."""
     nics_per_node: int = 1
     oversubscription: float = 1.0
-    """Switch oversubscription: inter-node flows that cross the core get 1/oversubscription of a NIC."""
+    """Switch oversubscription: inter-node flows that cross the core get 1/oversubscription of a NIC.
+    With a fabric (``topology``) the bottleneck tier's share for the node-major ring over the
+    placement (sim.costs.tiers.ring_view): what the fast path divides a NIC's rate by."""
+    topology: Topology | None = None
+    """The fabric and the placement of the nodes on it; None: one switch (the figures above).
+    With a fabric, ``inter_link`` is the NICs' link with the ring's longest path's extra switch
+    hops added to its latency (the fast path's view); ``topology.host_link`` is the link as given."""
 
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
     def with_world_size(self, world_size: int) -> Cluster:
-        """The same node design with ``world_size`` GPUs (fewer GPUs than a node fills one node)."""
-        from dataclasses import replace
-
+        """The same node design with ``world_size`` GPUs (fewer GPUs than a node fills one node);
+        on a fabric, the job's nodes placed again and the tiers' view recomputed."""
         if world_size <= self.gpus_per_node:
-            return replace(self, nodes=1, gpus_per_node=world_size)
-        if world_size % self.gpus_per_node:
+            resized = replace(self, nodes=1, gpus_per_node=world_size)
+        elif world_size % self.gpus_per_node:
             raise ConfigError("cluster.gpus", world_size, f"a multiple of gpus_per_node={self.gpus_per_node}")
-        return replace(self, nodes=world_size // self.gpus_per_node)
+        else:
+            resized = replace(self, nodes=world_size // self.gpus_per_node)
+        t = self.topology
+        if t is None or resized.nodes == self.nodes:
+            return resized
+        placement = t.placement if isinstance(t.placement, str) else tuple(t.slot_order[:resized.nodes])
+        if t.fabric.kind == "single_switch":
+            base = replace(resized, topology=None)
+        else:
+            base = replace(resized, inter_link=t.host_link, oversubscription=1.0, topology=None)
+        assert t.catalog is not None
+        return attach_topology(base, t.spec, placement, t.seed, t.catalog)
 
 
-def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "cluster") -> Cluster:
+def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "cluster", seed: int = 0) -> Cluster:
     """``{gpus: 32, gpus_per_node: 8, gpu: v100, intra_link: nvlink2, inter_link: ib_edr}``.
 
     Give ``gpus`` (the world size) or ``nodes``; with both, gpus must equal nodes x gpus_per_node.
-    A world size smaller than ``gpus_per_node`` is one partly filled node.
+    A world size smaller than ``gpus_per_node`` is one partly filled node. ``topology`` and
+    ``placement``: sim.topology.spec (a random placement draws from ``seed``).
     """
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(CLUSTER_KEYS))
@@ -77,7 +95,7 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     if nodes * per_node > MAX_WORLD_SIZE:
         raise ConfigError(f"{where}.nodes", nodes, f"at most {MAX_WORLD_SIZE // per_node:,} with gpus_per_node={per_node} "
                           f"(at most {MAX_WORLD_SIZE:,} GPUs: {_WHY_MAX})")
-    return Cluster(
+    cluster = Cluster(
         nodes=nodes,
         gpus_per_node=per_node,
         gpu=catalog.gpu(spec.get("gpu", "v100"), f"{where}.gpu"),
@@ -86,6 +104,43 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
         nics_per_node=require_positive(f"{where}.nics_per_node", spec.get("nics_per_node", 1), integer=True),
         oversubscription=float(_at_least_one(f"{where}.oversubscription", spec.get("oversubscription", 1.0))),
     )
+    if "topology" not in spec and "placement" not in spec:
+        return cluster
+    from sim.topology.spec import check_topology_spec
+
+    topology = check_topology_spec(spec.get("topology", "single_switch"), f"{where}.topology")
+    if topology["kind"] != "single_switch" and cluster.oversubscription != 1.0:
+        raise ConfigError(f"{where}.oversubscription", spec["oversubscription"],
+                          f"1 with topology {topology['kind']} (give each tier's in {where}.topology.oversubscription)")
+    return attach_topology(cluster, topology, spec.get("placement", "contiguous"), seed, catalog, where)
+
+
+def attach_topology(cluster: Cluster, topology: dict[str, Any], placement: Any, seed: int, catalog: Catalog,
+                    where: str = "cluster") -> Cluster:
+    """``cluster`` on the fabric ``topology`` describes, its nodes placed as ``placement`` says; the
+    fast path's view of the tiers (sim.costs.tiers.ring_view) folded into its oversubscription and
+    its inter_link's latency."""
+    from sim.costs.tiers import ring_view
+    from sim.topology.routing import placement_order
+    from sim.topology.spec import build_fabric, check_placement
+
+    fabric = build_fabric(topology, host_slots_needed=cluster.nodes, nics=cluster.nics_per_node,
+                          inter_link=cluster.inter_link, catalog=catalog, where=f"{where}.topology")
+    placement = check_placement(list(placement) if isinstance(placement, tuple) else placement,
+                                fabric.host_slots, cluster.nodes, f"{where}.placement")
+    order = placement_order(placement, fabric.host_slots, seed)
+    host = cluster.inter_link
+    if fabric.kind == "single_switch":
+        t = Topology(fabric=fabric, slot_order=order, spec=topology, placement=placement, seed=seed, host_link=host,
+                     catalog=catalog)
+        return replace(cluster, topology=t)
+    view = ring_view(fabric, order[:cluster.nodes], cluster.nics_per_node, host.effective_Bps)
+    t = Topology(fabric=fabric, slot_order=order, spec=topology, placement=placement, seed=seed, host_link=host,
+                 catalog=catalog, ring_extra_latency_s=view.extra_latency_s, ring_load=view.load_factor)
+    seen = replace(host, latency_s=host.latency_s + view.extra_latency_s,
+                   source=f"{host.source}; + {view.extra_latency_s * 1e6:.3g} us of switch hops on the ring's "
+                          f"longest path over {fabric.description}")
+    return replace(cluster, inter_link=seen, oversubscription=view.load_factor, topology=t)
 
 
 def _at_least_one(field_name: str, value: Any) -> float:

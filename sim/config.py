@@ -28,7 +28,8 @@ __all__ = ["FIDELITIES", "SCENARIO_KEYS", "Scenario", "load_scenario", "read_yam
            "resolve_paths", "scenario_columns", "scenario_from_dict", "validate_scenario"]
 
 FIDELITIES = ("fast", "detailed")
-SIMULATION_KEYS = ("fidelity", "seed", "check_memory")
+SIMULATION_KEYS = ("fidelity", "seed", "check_memory", "flow_engine")
+FLOW_ENGINES = ("auto", "event", "periodic")
 SCENARIO_KEYS = (
     "name", "description", "workload", "cluster", "strategy", "simulation", "catalog",
     "heterogeneity", "faults",
@@ -63,13 +64,15 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
     check_memory = simulation.get("check_memory", True)
     if not isinstance(check_memory, bool):
         raise ConfigError("simulation.check_memory", check_memory, "true or false")
+    seed = require_positive("simulation.seed", simulation.get("seed", 0), integer=True, allow_zero=True)
     scenario = Scenario(
         name=str(spec.get("name", "scenario")),
         workload=workload_from_dict(spec["workload"]),
-        cluster=cluster_from_dict(spec.get("cluster") or {}, catalog),
+        cluster=cluster_from_dict(spec.get("cluster") or {}, catalog, seed=seed),
         strategy=strategy_from_dict(spec.get("strategy")),
         fidelity=require_choice("simulation.fidelity", simulation.get("fidelity", "fast"), FIDELITIES),
-        seed=require_positive("simulation.seed", simulation.get("seed", 0), integer=True, allow_zero=True),
+        seed=seed,
+        flow_engine=require_choice("simulation.flow_engine", simulation.get("flow_engine", "auto"), FLOW_ENGINES),
         heterogeneity=heterogeneity_from_dict(spec.get("heterogeneity"), catalog),
         faults=faults_from_dict(spec.get("faults")),
         check_memory=check_memory,

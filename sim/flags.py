@@ -29,6 +29,9 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "intra_link": ("cluster", "intra_link", str, "link between GPUs of a node: {links} (`scalebench list links`)", SIM),
     "inter_link": ("cluster", "inter_link", str, "link between nodes: {links}", SIM),
     "nics_per_node": ("cluster", "nics_per_node", int, "inter-node NICs per node", SIM),
+    "fabric": ("cluster", "topology", str, "cluster.topology: single_switch, fat_tree, rail_optimized (their defaults) "
+               "or a fabric YAML file (docs/topology.md)", SIM),
+    "placement": ("cluster", "placement", str, "where the nodes sit on the fabric: contiguous or random (seeded)", SIM),
     "framework": ("strategy", "framework", str, "the framework whose mechanisms apply: {frameworks}", SIM),
     "backend": ("strategy", "backend", str, "collective library: {backends} (default: nccl on GPUs, gloo on CPUs)", SIM),
     "protocol": ("strategy", "protocol", str, "NCCL protocol: {protocols} (default auto: NCCL's tuner picks)", SIM),
@@ -46,7 +49,9 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "schedule": ("strategy", "schedule", str, "pipeline schedule: {schedules}", BOTH),
     "ps_mode": ("strategy", "ps_mode", str, "parameter-server updates: {ps_modes}", BOTH),
     "ps_placement": ("strategy", "ps_placement", str, "parameter-server layout: {ps_placements}", SIM),
-    "seed": ("simulation", "seed", int, "random seed (jitter, faults, data)", BOTH),
+    "seed": ("simulation", "seed", int, "random seed (jitter, faults, data, ECMP hashes, random placement)", BOTH),
+    "flow_engine": ("simulation", "flow_engine", str, "detailed fidelity: auto, event (every message) or periodic "
+                    "(rings in closed form)", SIM),
     "jitter_cv": ("heterogeneity", "jitter_cv", float, "per-step compute jitter, coefficient of variation (with --iterations)", SIM),
 }
 

@@ -15,10 +15,28 @@ class Span:
     name: str
     start_s: float
     end_s: float
+    detail: str = ""
+    """What delayed it, where known (the detailed mode: the slowest flow and its bottleneck link)."""
 
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class LinkStat:
+    """One link of the detailed mode's network over an iteration."""
+
+    name: str
+    tier: str
+    """gpu (intra-node ports), nic, core (a single switch's), or the fabric's cable tier."""
+    capacity_Bps: float
+    bytes: float
+    busy_s: float
+    """Time the link carried at least one flow."""
+
+    def utilisation(self, iteration_s: float) -> float:
+        return self.busy_s / iteration_s if iteration_s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,14 @@ class IterationResult:
     """Activation and gradient sends between pipeline stages, per stage."""
     memory_bytes: float = 0.0
     """Peak memory of the fullest rank (sim/memory.py)."""
+    links: tuple[LinkStat, ...] = field(default=(), repr=False)
+    """Detailed mode: every link that carried bytes (sim.engine.flows)."""
+    flow_engine: str = ""
+    """Detailed mode: event (every message an event) or periodic (rings as periodic schedules)."""
+
+    def hottest_links(self, count: int = 5) -> list[LinkStat]:
+        """The links busy for the largest share of the iteration (ties: more bytes first)."""
+        return sorted(self.links, key=lambda s: (-s.busy_s, -s.bytes, s.name))[:count]
 
     @property
     def replicas(self) -> int:

@@ -25,6 +25,8 @@ class Scenario:
     """fast: identical ranks simulated once, collectives costed per step with link-load
     counting; detailed: every rank and every chunk, links shared max-min fairly."""
     seed: int = 0
+    flow_engine: str = "auto"
+    """detailed only: event, periodic or auto (sim.engine.detailed)."""
     heterogeneity: Heterogeneity = Heterogeneity()
     """Jitter, slow nodes, mixed GPUs: used by multi-iteration runs (sim/run.py)."""
     faults: Faults = Faults()

@@ -11,7 +11,8 @@ MEASURED.json`` draws two of them one above the other. Trace Event Format (JSON 
   gradient, on the compute lane) to the start of its reduction (on the communication lane), so
   a viewer draws the wait between them as an arrow;
 - ``otherData`` holds the iteration time, the world size, the source (sim or real), the scenario
-  and ``limits``: what the timeline leaves out, in words.
+  and ``limits``: what the timeline leaves out, in words; detailed runs add ``hottest_links``, and
+  each traced bucket's ``delayed by`` arg names its slowest flow and the link that held it.
 Parameter-server reductions are named as such (``PS push/pull bucket i``), not allreduces.
 
 Limits of simulated timelines: the fast fidelity simulates identical ranks once, so its one
@@ -90,6 +91,8 @@ def chrome_trace(result, scenario) -> dict[str, Any]:
             index, lane = 0, span.lane
             names[1] = "rank 0" if n == 1 else f"rank 0 (stands for all {n} identical ranks)"
         name, args = args_for(span.name, lane)
+        if getattr(span, "detail", ""):
+            args = {**args, "delayed by": span.detail}
         by_pid.setdefault(index + 1, []).append(
             {"lane": lane, "name": name, "start_s": span.start_s, "end_s": span.end_s, "args": args})
     flows = [(1, b.ready_s, 1, b.start_s, _bucket_name(strategy, b.index)) for b in result.buckets] if 1 in by_pid else []
@@ -104,6 +107,11 @@ def chrome_trace(result, scenario) -> dict[str, Any]:
     other = {"source": "sim", "scenario": scenario.name, "iteration_time_s": result.iteration_time_s,
              "world_size": n, "fidelity": result.fidelity,
              "limits": limit + "; flows from a bucket's last gradient to its reduction on rank 0 only; times simulated"}
+    links = getattr(result, "links", ())
+    if links:  # the detailed mode's busiest links (sim.result.LinkStat)
+        other["hottest_links"] = [
+            {"link": s.name, "tier": s.tier, "busy_s": s.busy_s, "bytes": s.bytes,
+             "utilisation": s.utilisation(result.iteration_time_s)} for s in result.hottest_links(10)]
     return trace_document(scenario.name, [(pid, names[pid], by_pid[pid]) for pid in sorted(by_pid)], flows, other)
 
 

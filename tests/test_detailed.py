@@ -159,10 +159,18 @@ def test_tree_is_refused_with_the_alternative_named():
         run_detailed(replace(scenario("mlp", "2x4", "ring", True), strategy=Strategy(collective="tree")))
 
 
-def test_more_than_256_ranks_is_refused_pointing_to_fast():
+def test_more_than_256_ranks_on_the_event_engine_is_refused_pointing_to_fast():
+    """Parameter servers and an explicit flow_engine: event run message by message: 256 ranks at most;
+    rings run as periodic schedules beyond (sim.engine.periodic) up to MAX_DETAILED_WORLD_SIZE."""
     s = scenario("mlp", "2x4", "ring", True)
+    big = replace(s.cluster, nodes=33, gpus_per_node=8)
     with pytest.raises(ConfigError, match="fidelity fast"):
-        run_detailed(replace(s, cluster=replace(s.cluster, nodes=33, gpus_per_node=8)))
+        run_detailed(replace(s, cluster=big, flow_engine="event"))
+    with pytest.raises(ConfigError, match="fidelity fast"):
+        run_detailed(replace(scenario("mlp", "2x4", "ps1", True), cluster=big))
+    with pytest.raises(ConfigError, match="fidelity fast"):
+        run_detailed(replace(s, cluster=replace(s.cluster, nodes=8193, gpus_per_node=8)))
+    assert run_detailed(replace(s, cluster=big)).flow_engine == "periodic"
 
 
 # -- properties -----------------------------------------------------------------------------

@@ -13,17 +13,33 @@ on ``sim.engine.flows.ClusterNetwork``:
 - ps: every worker pushes S/P to each of the P servers; a server answers each worker with S/P
   once it holds all n pushes; a worker's reduction is done when all P answers are in.
 Messages are matched by key, so a receiver may ask for a message before it is sent.
+``concurrent`` names the rings that run together with a ring (a hierarchical allreduce's phases):
+the event engine needs no such hint, the periodic one (sim.engine.periodic) shares links by it.
+``delays[rank]`` keeps, for the first ``traced`` ranks, what paced the rank's last ring: its
+slowest message and the link that held it (sim.engine.flows.MessageInfo).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import simpy
 
 from sim.engine.flows import ClusterNetwork
+
+
+@dataclass(frozen=True)
+class Delay:
+    """What paced a rank in a collective: the edge src -> dst, the link that held its slowest
+    sub-flow, that sub-flow's rate."""
+
+    src: int
+    dst: int
+    link: str
+    rate_Bps: float
 
 
 class Messages:
@@ -62,7 +78,7 @@ class _RingPart:
     """One rank's steps of a ring, advanced by the callbacks of its messages."""
 
     __slots__ = ("coll", "me", "succ", "pos", "pred", "steps", "chunk_bytes", "tag", "k", "waiting", "done",
-                 "sum_steps", "step_sum_s")
+                 "sum_steps", "step_sum_s", "members", "slowest", "sent")
 
     def __init__(self, coll: Collectives, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
                  sum_steps: int, step_sum_s: float):
@@ -75,21 +91,31 @@ class _RingPart:
         self.k = 0
         self.waiting = 0
         self.done = coll.env.event()
+        self.members = members if self.me < coll.traced else None
+        self.slowest: tuple[float, int, int, Any] | None = None
+        self.sent: simpy.Event | None = None
         self._step()
 
     def _step(self, _event: simpy.Event | None = None) -> None:
         if self.k == self.steps:
+            if self.slowest is not None:
+                self.coll.note_delay(self.me, *self.slowest)
             self.done.succeed()
             return
         key = (self.tag, self.k)
         messages = self.coll.messages
-        sent = messages.send((key, self.pos), self.me, self.succ, self.chunk_bytes)
+        sent = self.sent = messages.send((key, self.pos), self.me, self.succ, self.chunk_bytes)
         received = messages.arrival((key, self.pred))
         self.waiting = 2
         _when_done(sent, self._one_done)
         _when_done(received, self._one_done)
 
-    def _one_done(self, _event: simpy.Event) -> None:
+    def _one_done(self, event: simpy.Event) -> None:
+        if self.members is not None and event.value is not None:
+            info = event.value
+            if self.slowest is None or info.rate_Bps < self.slowest[0]:
+                edge = (self.me, self.succ) if event is self.sent else (self.members[self.pred], self.me)
+                self.slowest = (info.rate_Bps, *edge, info)
         self.waiting -= 1
         if self.waiting:
             return
@@ -108,14 +134,22 @@ class Collectives:
     ``sum_busy_s[rank]`` totals the local-sum time the rank spent inside reducing rings.
     """
 
-    def __init__(self, env: simpy.Environment, net: ClusterNetwork):
+    def __init__(self, env: simpy.Environment, net: ClusterNetwork, traced: int = 0):
         self.env = env
         self.net = net
         self.messages = Messages(env, net)
         self.sum_busy_s: dict[int, float] = defaultdict(float)
+        self.traced = traced
+        self.delays: dict[int, Any] = {}
+        self._layouts: dict[int, Any] = {}
+
+    def note_delay(self, rank: int, rate_Bps: float, src: int, dst: int, info: Any) -> None:
+        name = self.net.flows.link_names[info.bottleneck] if info.bottleneck >= 0 else "latency only"
+        self.delays[rank] = Delay(src, dst, name, rate_Bps)
 
     def ring(self, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
-             sum_steps: int = 0, step_sum_s: float = 0.0) -> simpy.Event:
+             sum_steps: int = 0, step_sum_s: float = 0.0, concurrent: Sequence[Sequence[int]] | None = None
+             ) -> simpy.Event:
         """``members[pos]``'s part of ``steps`` ring steps; the first ``sum_steps`` end with a local
         sum of ``step_sum_s``. Driven by callbacks (no process per step): the returned event
         fires when the rank's last step is complete."""
@@ -123,43 +157,57 @@ class Collectives:
 
     # -- the building blocks ----------------------------------------------------------------
 
-    def ring_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
+    def ring_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0,
+                       concurrent: Sequence[Sequence[int]] | None = None):
         """2(m-1) steps of S/m; the m-1 reduce-scatter steps each sum 1/m of the tensor."""
         m = len(members)
-        yield self.ring(members, pos, 2 * (m - 1), n_bytes / m, (tag, "ring"), m - 1, sum_s / m)
+        yield self.ring(members, pos, 2 * (m - 1), n_bytes / m, (tag, "ring"), m - 1, sum_s / m, concurrent)
 
-    def ring_reduce_scatter(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
+    def ring_reduce_scatter(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0,
+                            concurrent: Sequence[Sequence[int]] | None = None):
         """m-1 steps of S/m (``n_bytes`` is the whole input)."""
         m = len(members)
-        yield self.ring(members, pos, m - 1, n_bytes / m, (tag, "reduce_scatter"), m - 1, sum_s / m)
+        yield self.ring(members, pos, m - 1, n_bytes / m, (tag, "reduce_scatter"), m - 1, sum_s / m, concurrent)
 
-    def ring_allgather(self, members: Sequence[int], pos: int, chunk_bytes: float, tag: Any):
+    def ring_allgather(self, members: Sequence[int], pos: int, chunk_bytes: float, tag: Any,
+                       concurrent: Sequence[Sequence[int]] | None = None):
         """m-1 steps, each forwarding one member's ``chunk_bytes``: every member receives (m-1) chunks."""
-        yield self.ring(members, pos, len(members) - 1, chunk_bytes, (tag, "allgather"))
+        yield self.ring(members, pos, len(members) - 1, chunk_bytes, (tag, "allgather"), concurrent=concurrent)
 
     def hierarchical_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
         """Intra-node reduce-scatter, inter-node allreduce of the S/g shard, intra-node allgather.
         ``members`` are node-major with the same count g on every node they occupy."""
-        node_of = self.net.node_of
-        nodes = sorted({node_of(r) for r in members})
-        g = len(members) // len(nodes)
+        nodes, g, in_nodes, acrosses = self._layout(members)
         if g == 1 or len(nodes) == 1:
             yield from self.ring_allreduce(members, pos, n_bytes, tag, sum_s)
             return
         node_index, local = divmod(pos, g)
-        in_node = list(members[node_index * g:(node_index + 1) * g])
-        across = [members[d * g + local] for d in range(len(nodes))]
+        in_node, across = in_nodes[node_index], acrosses[local]
         shard, shard_sum_s = n_bytes / g, sum_s / g
-        yield from self.ring_reduce_scatter(in_node, local, n_bytes, (tag, "intra", nodes[node_index]), sum_s)
-        yield from self.ring_allreduce(across, node_index, shard, (tag, "inter", local), shard_sum_s)
-        yield from self.ring_allgather(in_node, local, shard, (tag, "intra-ag", nodes[node_index]))
+        yield from self.ring_reduce_scatter(in_node, local, n_bytes, (tag, "intra", nodes[node_index]), sum_s, in_nodes)
+        yield from self.ring_allreduce(across, node_index, shard, (tag, "inter", local), shard_sum_s, acrosses)
+        yield from self.ring_allgather(in_node, local, shard, (tag, "intra-ag", nodes[node_index]), in_nodes)
+
+    def _layout(self, members: Sequence[int]) -> tuple[list[int], int, list[list[int]], list[list[int]]]:
+        """(nodes, g, members per node, the g across-node rings) of a node-major member list, once per list."""
+        cache = self._layouts
+        found = cache.get(id(members))
+        if found is None or found[0] is not members:
+            node_of = self.net.node_of
+            nodes = sorted({node_of(r) for r in members})
+            g = len(members) // len(nodes)
+            in_nodes = [list(members[i * g:(i + 1) * g]) for i in range(len(nodes))]
+            acrosses = [[members[d * g + local] for d in range(len(nodes))] for local in range(g)]
+            found = cache[id(members)] = (members, (nodes, g, in_nodes, acrosses))
+        return found[1]
 
     def ps_push_pull(self, rank: int, n_bytes: float, tag: Any, servers: int):
         """A worker's side: push S/P to each server (endpoints n..n+P-1), wait for the P answers."""
         n, shard = self.net.world_size, n_bytes / servers
         pushes = [self.messages.send((tag, "push", rank, p), rank, n + p, shard) for p in range(servers)]
         pulls = [self.messages.arrival((tag, "pull", p, rank)) for p in range(servers)]
-        yield from pushes + pulls
+        for event in pushes + pulls:  # noqa: UP028 (``yield from`` a list cannot take the events' values)
+            yield event
 
     def ps_server(self, p: int, reductions: Sequence[tuple[Any, float]], servers: int, workers: Sequence[int]):
         """Server p: for each (tag, bytes) in order, wait for every worker's push, then answer all."""

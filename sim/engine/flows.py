@@ -1,16 +1,19 @@
 """Flow-level network for SimPy: links are capacities, flows share them max-min fairly.
 
 A flow crosses a path of links. It first pays a start-up latency alpha (the per-message cost
-of the alpha-beta model), then its bytes flow at the rate max-min fairness gives it:
-progressive filling (water-filling) raises the rates of all unfrozen flows together, freezes
-the flows of the link that saturates first, and repeats (Bertsekas & Gallager, *Data
-Networks*, 2nd ed., sec. 6.5.2; SimGrid's LMM solves the same problem). Rates are recomputed
-whenever flows start or end, but only inside the connected components of links and flows that
-the change touches (a flow alone on its links just gets its narrowest capacity); flows whose
-latency ends at the same instant start in one recomputation, and flows that end together
-(within ``TIME_RTOL``) end in one. Completion times live in a heap (stale entries skipped by
-version) and one SimPy wake-up is scheduled for the earliest, so a step of a 256-rank ring
-costs two recomputations and a handful of events, not one per rate change.
+of the alpha-beta model), then its bytes flow at the rate max-min fairness gives it
+(progressive filling: sim.engine.maxmin). Rates are recomputed whenever flows start or end, but
+only inside the connected components of links and flows that the change touches (a flow alone on
+its links just gets its narrowest capacity); flows whose latency ends at the same instant start in
+one recomputation, and flows that end together (within ``TIME_RTOL``) end in one. Completion
+times live in a heap (stale entries skipped by version) and one SimPy wake-up is scheduled for the
+earliest, so a step of a 256-rank ring costs two recomputations and a handful of events, not one
+per rate change.
+
+Every link counts the bytes that crossed it and the time it carried at least one flow
+(``link_bytes``, ``busy_s``); every flow remembers the link that held it to its lowest rate (its
+bottleneck), and a message's done event carries ``MessageInfo`` of its slowest sub-flow: which
+link delayed which flow.
 
 ``ClusterNetwork`` builds the links of a ``Cluster`` (see its docstring) and offers
 ``yield net.transfer(src, dst, n_bytes)``.
@@ -21,28 +24,43 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import simpy
 
 from sim.catalog import Link
 from sim.cluster import Cluster
+from sim.engine.maxmin import max_min_rates
 
 TIME_RTOL = 1e-13
 """Flows whose completion times differ by less than this (relative) complete in one event."""
 
 
+@dataclass(frozen=True)
+class MessageInfo:
+    """What a finished message reports (the value of its done event): its slowest sub-flow's
+    lowest rate and the link that held it there."""
+
+    bottleneck: int
+    rate_Bps: float
+    start_s: float
+    end_s: float
+
+
 class _Message:
     """One transfer, possibly split into sub-flows; ``done`` fires when the last one ends."""
 
-    __slots__ = ("done", "open_subflows")
+    __slots__ = ("done", "open_subflows", "start_s", "slowest")
 
-    def __init__(self, done: simpy.Event, subflows: int):
+    def __init__(self, done: simpy.Event, subflows: int, start_s: float):
         self.done = done
         self.open_subflows = subflows
+        self.start_s = start_s
+        self.slowest: _Flow | None = None
 
 
 class _Flow:
-    __slots__ = ("fid", "path", "remaining", "rate", "updated_s", "version", "message")
+    __slots__ = ("fid", "path", "remaining", "rate", "updated_s", "version", "message", "min_rate", "neck")
 
     def __init__(self, fid: int, path: tuple[int, ...], n_bytes: float, message: _Message):
         self.fid = fid
@@ -52,6 +70,8 @@ class _Flow:
         self.updated_s = 0.0
         self.version = 0
         self.message = message
+        self.min_rate = float("inf")
+        self.neck = path[0] if path else -1
 
 
 class FlowNetwork:
@@ -61,6 +81,10 @@ class FlowNetwork:
         self.env = env
         self.capacity_Bps: list[float] = []
         self.link_names: list[str] = []
+        self.link_tiers: list[str] = []
+        self.link_bytes: list[float] = []
+        self.busy_s: list[float] = []
+        self._busy_since: list[float] = []
         self._on_link: list[dict[int, _Flow]] = []
         self._heap: list[tuple[float, int, int, _Flow]] = []
         self._wakeups: list[float] = []
@@ -69,11 +93,15 @@ class FlowNetwork:
         self.flows_started = 0
         self.recomputations = 0
 
-    def add_link(self, name: str, capacity_Bps: float) -> int:
+    def add_link(self, name: str, capacity_Bps: float, tier: str = "") -> int:
         if not capacity_Bps > 0:
             raise ValueError(f"link {name}: capacity must be positive, got {capacity_Bps}")
         self.capacity_Bps.append(float(capacity_Bps))
         self.link_names.append(name)
+        self.link_tiers.append(tier)
+        self.link_bytes.append(0.0)
+        self.busy_s.append(0.0)
+        self._busy_since.append(0.0)
         self._on_link.append({})
         return len(self.capacity_Bps) - 1
 
@@ -89,6 +117,10 @@ class FlowNetwork:
         """Current rate of every active flow by flow id (for tests and traces)."""
         return {f.fid: f.rate for f in self._iter_active()}
 
+    def bottlenecks(self) -> dict[int, int]:
+        """The link that holds each active flow to its current rate (for tests and traces)."""
+        return {f.fid: f.neck for f in self._iter_active()}
+
     # -- starting flows ---------------------------------------------------------------------
 
     def start(self, paths: Sequence[Sequence[int]], bytes_per_path: float, alpha_s: float,
@@ -96,21 +128,25 @@ class FlowNetwork:
         """One message of ``len(paths) x bytes_per_path`` bytes, one sub-flow per path.
 
         The sub-flows wait ``alpha_s`` and then share the links; the returned event (``done``
-        if given) succeeds when the last sub-flow has delivered its bytes.
+        if given) succeeds when the last sub-flow has delivered its bytes, with a ``MessageInfo``.
         """
         done = done if done is not None else self.env.event()
         if bytes_per_path <= 0 or not paths:
-            self._after(alpha_s, lambda _: done.succeed())
+            start = self.env.now
+            self._after(alpha_s, lambda _: done.succeed(MessageInfo(-1, float("inf"), start, self.env.now)))
             return done
-        message = _Message(done, len(paths))
+        message = _Message(done, len(paths), self.env.now)
         at = self.env.now + max(0.0, alpha_s)
         batch = self._activations.get(at)
         if batch is None:  # the first message to start at this instant: one wake-up for all
             batch = self._activations[at] = []
             self._after(alpha_s, lambda _: self._activate(at))
         fid = self._next_fid
+        link_bytes = self.link_bytes
         for path in paths:
             batch.append(_Flow(fid, tuple(path), float(bytes_per_path), message))
+            for link in path:
+                link_bytes[link] += bytes_per_path
             fid += 1
         self._next_fid = fid
         self.flows_started += len(paths)
@@ -124,10 +160,14 @@ class FlowNetwork:
         """Put the flows whose latency ends now on their links and re-share."""
         now = self.env.now
         dirty: dict[int, None] = {}
+        on_link, since = self._on_link, self._busy_since
         for f in self._activations.pop(at):
             f.updated_s = now
             for link in f.path:
-                self._on_link[link][f.fid] = f
+                flows = on_link[link]
+                if not flows:
+                    since[link] = now
+                flows[f.fid] = f
                 dirty[link] = None
         self._reshare(dirty)
 
@@ -139,19 +179,27 @@ class FlowNetwork:
         horizon = now + TIME_RTOL * max(now, 1e-30)
         dirty: dict[int, None] = {}
         finished = []
+        on_link, busy, since = self._on_link, self.busy_s, self._busy_since
         while self._heap and self._heap[0][0] <= horizon:
             _, _, version, f = heapq.heappop(self._heap)
             if version != f.version:
                 continue
             f.version = -1
             for link in f.path:
-                del self._on_link[link][f.fid]
+                flows = on_link[link]
+                del flows[f.fid]
+                if not flows:
+                    busy[link] += now - since[link]
                 dirty[link] = None
             finished.append(f)
         for f in finished:
-            f.message.open_subflows -= 1
-            if f.message.open_subflows == 0:
-                f.message.done.succeed()
+            message = f.message
+            if message.slowest is None or f.min_rate < message.slowest.min_rate:
+                message.slowest = f
+            message.open_subflows -= 1
+            if message.open_subflows == 0:
+                s = message.slowest
+                message.done.succeed(MessageInfo(s.neck, s.min_rate, message.start_s, now))
         if dirty:
             self._reshare(dirty)
         else:
@@ -192,7 +240,8 @@ class FlowNetwork:
                 path = f.path
                 if all(len(on_link[link]) == 1 for link in path):
                     alone.add(fid)
-                    self._set_rate(f, min(capacity[link] for link in path), now)
+                    neck = min(path, key=capacity.__getitem__)
+                    self._set_rate(f, capacity[neck], neck, now)
                     continue
                 flows[fid] = f
                 for link in path:
@@ -210,46 +259,20 @@ class FlowNetwork:
                         links[other] = None
                         stack.append(other)
         if flows:
-            for fid, rate in max_min_rates(flows, capacity, on_link, links).items():
-                self._set_rate(flows[fid], rate, now)
+            for fid, (rate, neck) in max_min_rates(flows, capacity, on_link, links).items():
+                self._set_rate(flows[fid], rate, neck, now)
         self._schedule_wakeup()
 
-    def _set_rate(self, f: _Flow, rate: float, now: float) -> None:
+    def _set_rate(self, f: _Flow, rate: float, neck: int, now: float) -> None:
         """Advance ``f`` to ``now`` at its old rate, then give it ``rate`` and a new finish time."""
         remaining = f.remaining - f.rate * (now - f.updated_s)
         f.remaining = remaining
         f.updated_s = now
         f.rate = rate
+        if rate < f.min_rate:
+            f.min_rate, f.neck = rate, neck
         f.version += 1
         heapq.heappush(self._heap, (now + max(remaining, 0.0) / rate, f.fid, f.version, f))
-
-
-def max_min_rates(flows: dict[int, _Flow], capacity_Bps: Sequence[float],
-                  on_link: Sequence[dict[int, _Flow]], links: dict[int, None]) -> dict[int, float]:
-    """Progressive filling over ``links`` (which hold every link of every flow in ``flows``).
-
-    Each round gives the unfrozen flows of the tightest links (least remaining capacity per
-    unfrozen flow) that fair share and removes it from every link they cross.
-    """
-    spare = {link: capacity_Bps[link] for link in links}
-    unfrozen_on = {link: len(on_link[link]) for link in links}
-    rates: dict[int, float] = {}
-    while len(rates) < len(flows):
-        share = min(spare[link] / unfrozen_on[link] for link in links if unfrozen_on[link] > 0)
-        share = max(share, 0.0)
-        limit = share * (1.0 + 1e-12)
-        tight = [link for link in links if unfrozen_on[link] > 0 and spare[link] / unfrozen_on[link] <= limit]
-        for link in tight:
-            for fid, f in on_link[link].items():
-                if fid in rates:
-                    continue
-                rates[fid] = share
-                for other in f.path:
-                    spare[other] -= share
-                    unfrozen_on[other] -= 1
-        if share == 0.0:
-            raise RuntimeError("a link's capacity is exhausted: max-min sharing found a zero rate")
-    return rates
 
 
 class ClusterNetwork:
@@ -261,6 +284,7 @@ class ClusterNetwork:
     - Each node has ``nics_per_node`` NICs, tx and rx, of ``inter_link.effective_Bps``. An
       inter-node message is split into one equal sub-flow per NIC, NIC j to NIC j (NCCL spreads
       its channels over the NICs; the fast path divides the load by nics_per_node).
+    On a single switch (no ``cluster.topology``, or ``single_switch``):
     - With oversubscription o > 1, traffic leaving (entering) the worker nodes crosses a core
       uplink (downlink) of nodes x nics x B / o per direction: when every NIC is busy each
       gets B / o, the fast path's load o / nics. (With o = 1 the core can never bind, as the
@@ -269,9 +293,13 @@ class ClusterNetwork:
       core carries B / o, as the cluster's definition of oversubscription ("flows that cross
       the core get 1/oversubscription of a NIC") and the fast path's server load n x o say.
     The alpha a message pays is that of the slowest link class on its path.
+    On a fabric (``sim.engine.fabric_paths``): job node k sits on host slot ``slot_order[k]``,
+    server p on ``slot_order[nodes + p]`` (one NIC); between the NICs' switches a sub-flow crosses
+    the fabric's cables as the fabric routes it (ECMP seeded by ``seed``, or deterministic), each
+    cable a link of its catalog link's payload rate, each hop adding its latency to the alpha.
     """
 
-    def __init__(self, env: simpy.Environment, cluster: Cluster, servers: int = 0):
+    def __init__(self, env: simpy.Environment, cluster: Cluster, servers: int = 0, seed: int = 0):
         self.env = env
         self.cluster = cluster
         self.flows = FlowNetwork(env)
@@ -279,27 +307,34 @@ class ClusterNetwork:
         self.servers = servers
         g, nodes, nics = cluster.gpus_per_node, cluster.nodes, cluster.nics_per_node
         intra_Bps, inter_Bps = cluster.intra_link.effective_Bps, cluster.inter_link.effective_Bps
-        over = cluster.oversubscription
         add = self.flows.add_link
-        self._gpu_tx = [add(f"gpu{r}.tx", intra_Bps) for r in range(self.world_size)] if g > 1 else []
-        self._gpu_rx = [add(f"gpu{r}.rx", intra_Bps) for r in range(self.world_size)] if g > 1 else []
-        self._nic_tx = [[add(f"node{d}.nic{j}.tx", inter_Bps) for j in range(nics)] for d in range(nodes)]
-        self._nic_rx = [[add(f"node{d}.nic{j}.rx", inter_Bps) for j in range(nics)] for d in range(nodes)]
+        self._gpu_tx = [add(f"gpu{r}.tx", intra_Bps, "gpu") for r in range(self.world_size)] if g > 1 else []
+        self._gpu_rx = [add(f"gpu{r}.rx", intra_Bps, "gpu") for r in range(self.world_size)] if g > 1 else []
+        self.bytes_by_link: dict[str, float] = {"intra": 0.0, "inter": 0.0}
+        self.sent_bytes: dict[int, float] = defaultdict(float)
+        self.received_bytes: dict[int, float] = defaultdict(float)
+        self._routes: dict[tuple[int, int], tuple[list[tuple[int, ...]], str, float]] = {}
+        topology = cluster.topology
+        self.fabric = None
+        if topology is not None and topology.fabric.kind != "single_switch":
+            from sim.engine.fabric_paths import FabricPaths
+
+            self.fabric = FabricPaths(self.flows, cluster, servers, seed)
+            return
+        over = cluster.oversubscription
+        self._nic_tx = [[add(f"node{d}.nic{j}.tx", inter_Bps, "nic") for j in range(nics)] for d in range(nodes)]
+        self._nic_rx = [[add(f"node{d}.nic{j}.rx", inter_Bps, "nic") for j in range(nics)] for d in range(nodes)]
         self._core_up: tuple[int, ...] = ()
         self._core_down: tuple[int, ...] = ()
         self._server_up: list[tuple[int, ...]] = [()] * servers
         self._server_down: list[tuple[int, ...]] = [()] * servers
         if over > 1:
-            self._core_up = (add("core.up", nodes * nics * inter_Bps / over),)
-            self._core_down = (add("core.down", nodes * nics * inter_Bps / over),)
-            self._server_up = [(add(f"ps{p}.core.up", inter_Bps / over),) for p in range(servers)]
-            self._server_down = [(add(f"ps{p}.core.down", inter_Bps / over),) for p in range(servers)]
-        self._server_tx = [add(f"ps{p}.nic.tx", inter_Bps) for p in range(servers)]
-        self._server_rx = [add(f"ps{p}.nic.rx", inter_Bps) for p in range(servers)]
-        self.bytes_by_link: dict[str, float] = {"intra": 0.0, "inter": 0.0}
-        self.sent_bytes: dict[int, float] = defaultdict(float)
-        self.received_bytes: dict[int, float] = defaultdict(float)
-        self._routes: dict[tuple[int, int], tuple[list[tuple[int, ...]], str, float]] = {}
+            self._core_up = (add("core.up", nodes * nics * inter_Bps / over, "core"),)
+            self._core_down = (add("core.down", nodes * nics * inter_Bps / over, "core"),)
+            self._server_up = [(add(f"ps{p}.core.up", inter_Bps / over, "core"),) for p in range(servers)]
+            self._server_down = [(add(f"ps{p}.core.down", inter_Bps / over, "core"),) for p in range(servers)]
+        self._server_tx = [add(f"ps{p}.nic.tx", inter_Bps, "nic") for p in range(servers)]
+        self._server_rx = [add(f"ps{p}.nic.rx", inter_Bps, "nic") for p in range(servers)]
 
     def node_of(self, endpoint: int) -> int:
         """The node of a rank; -1 - p for parameter-server host p."""
@@ -312,35 +347,49 @@ class ClusterNetwork:
 
     def paths(self, src: int, dst: int) -> list[tuple[int, ...]]:
         """The sub-flow paths of a message from ``src`` to ``dst``."""
+        return self.route(src, dst)[0]
+
+    def route(self, src: int, dst: int) -> tuple[list[tuple[int, ...]], str, float]:
+        """(sub-flow paths, link class, alpha) of a message from ``src`` to ``dst`` (cached)."""
+        route = self._routes.get((src, dst))
+        if route is None:
+            route = self._routes[(src, dst)] = self._route(src, dst)
+        return route
+
+    def _route(self, src: int, dst: int) -> tuple[list[tuple[int, ...]], str, float]:
         if src == dst:
             raise ValueError(f"a transfer from endpoint {src} to itself")
         a, b = self.node_of(src), self.node_of(dst)
         if a == b:
-            return [(self._gpu_tx[src], self._gpu_rx[dst])]
+            return [(self._gpu_tx[src], self._gpu_rx[dst])], "intra", self.cluster.intra_link.alpha_s
+        if a < 0 and b < 0:
+            raise ValueError("transfers between parameter servers are not modelled")
+        if self.fabric is not None:
+            paths, alpha_s = self.fabric.paths(a, b)
+            return paths, "inter", alpha_s
+        nics = self.cluster.nics_per_node
         if a >= 0 and b >= 0:
-            return [(self._nic_tx[a][j], *self._core_up, *self._core_down, self._nic_rx[b][j])
-                    for j in range(self.cluster.nics_per_node)]
-        if a >= 0:  # worker -> server
+            paths = [(self._nic_tx[a][j], *self._core_up, *self._core_down, self._nic_rx[b][j]) for j in range(nics)]
+        elif a >= 0:  # worker -> server
             p = -1 - b
-            return [(self._nic_tx[a][j], *self._core_up, *self._server_down[p], self._server_rx[p])
-                    for j in range(self.cluster.nics_per_node)]
-        p = -1 - a
-        if b >= 0:  # server -> worker
-            return [(self._server_tx[p], *self._server_up[p], *self._core_down, self._nic_rx[b][j])
-                    for j in range(self.cluster.nics_per_node)]
-        raise ValueError("transfers between parameter servers are not modelled")
+            paths = [(self._nic_tx[a][j], *self._core_up, *self._server_down[p], self._server_rx[p]) for j in range(nics)]
+        else:  # server -> worker
+            p = -1 - a
+            paths = [(self._server_tx[p], *self._server_up[p], *self._core_down, self._nic_rx[b][j]) for j in range(nics)]
+        return paths, "inter", self.cluster.inter_link.alpha_s
 
     def link_for(self, link_class: str) -> Link:
         return self.cluster.intra_link if link_class == "intra" else self.cluster.inter_link
 
-    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None) -> simpy.Event:
-        """Send ``n_bytes`` from ``src`` to ``dst``; the event succeeds on delivery."""
-        route = self._routes.get((src, dst))
-        if route is None:
-            link_class = self.link_class(src, dst)
-            route = self._routes[(src, dst)] = (self.paths(src, dst), link_class, self.link_for(link_class).alpha_s)
-        paths, link_class, alpha_s = route
+    def count(self, src: int, dst: int, n_bytes: float, link_class: str) -> None:
+        """Book ``n_bytes`` sent from ``src`` to ``dst`` (by ``transfer``, or by an engine that
+        costs the message itself: sim.engine.periodic)."""
         self.bytes_by_link[link_class] += n_bytes
         self.sent_bytes[src] += n_bytes
         self.received_bytes[dst] += n_bytes
+
+    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None) -> simpy.Event:
+        """Send ``n_bytes`` from ``src`` to ``dst``; the event succeeds on delivery."""
+        paths, link_class, alpha_s = self.route(src, dst)
+        self.count(src, dst, n_bytes, link_class)
         return self.flows.start(paths, n_bytes / len(paths), alpha_s, done)
