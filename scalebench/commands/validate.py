@@ -17,13 +17,16 @@ FULL_CONFIG = CONFIG_DIR / "validation.yaml"
 QUICK_CONFIG = CONFIG_DIR / "validation_quick.yaml"
 
 
-SUITES = ("harness", "devset")
+SUITES = ("harness", "devset", "simgrid")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", choices=SUITES, default="harness",
-                        help="harness: measure and predict on this machine (default); devset: predict the public "
+                        help="harness: measure and predict on this machine (default); simgrid: the flow network "
+                             "against SimGrid on the same fat trees; devset: predict the public "
                              "real-cluster measurements in validation/devset/ (seconds, no torch)")
+    parser.add_argument("--all", action="store_true",
+                        help="with --suite simgrid: the all-at-once all-to-all on the 256-host fabrics too (minutes)")
     parser.add_argument("--data", help="with --suite devset: a directory of the development set's CSV files "
                                        "(default: the copy shipped in validation/devset/)")
     parser.add_argument("--strict", action="store_true",
@@ -53,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(flag, value, "--suite harness (the devset suite compares published measurements "
                                   "and writes no files)")
         return _devset(args)
+    if args.suite == "simgrid":
+        for flag, value in {**harness_only, "--data": args.data, "--strict": args.strict}.items():
+            if value:
+                raise ConfigError(flag, value, f"--suite {'harness' if flag in harness_only else 'devset'} (the simgrid "
+                                  "suite runs its own fat trees and writes no files)")
+        return _simgrid(args)
+    if args.all:
+        raise ConfigError("--all", True, "--suite simgrid")
     for flag, value in (("--data", args.data), ("--strict", args.strict)):
         if value:
             raise ConfigError(flag, value, "--suite devset (the harness suite measures this machine)")
@@ -76,6 +87,23 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(text)
     sys.stdout.write(f"\nresults in {cfg.out}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
                      "network.csv)\n")
+    return status
+
+
+def _simgrid(args: argparse.Namespace) -> int:
+    """The flow network against SimGrid on the same fat trees (validation/simgrid_check.py)."""
+    import sys
+
+    from validation.simgrid_check import ALL_AT_ONCE_HOSTS, run_suite, simgrid_python
+
+    python = simgrid_python()
+    if python is None:
+        print("scalebench: validate --suite simgrid: no python3 that imports simgrid (apt-get install python3-simgrid, "
+              "or set SCALEBENCH_SIMGRID_PYTHON)", file=sys.stderr)
+        return 2
+    status, text = run_suite(python, all_at_once_hosts=1 << 30 if args.all else ALL_AT_ONCE_HOSTS,
+                             progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
+    sys.stdout.write(text)
     return status
 
 

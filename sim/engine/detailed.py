@@ -18,8 +18,8 @@ Two flow engines (``simulation.flow_engine``):
 - periodic: rings as periodic schedules, solved in closed form (sim.engine.periodic), the same
   answer where flows of different edges do not share links or share them in phase, and thousands
   of times faster (16,384 ranks in seconds);
-- auto (the default): periodic where it is exact (no link carries two edges' flows) or the job has
-  more than ``MAX_EVENT_WORLD_SIZE`` GPUs; event otherwise. Parameter servers always run as events.
+- auto (the default): periodic for rings (ring, hierarchical, the codecs' rings), event for
+  parameter servers (and pipelines: sim.engine.detailed_pipeline).
 The fast path's step-synchronous cost is the critical path of these schedules when ranks are
 symmetric, so the two agree (tests/test_detailed*.py); the detailed mode exists to check that,
 and to run cases the fast path cannot (ECMP collisions, asymmetric placement, contention).
@@ -179,19 +179,9 @@ def _collectives(env: simpy.Environment, net: ClusterNetwork, scenario: Scenario
     """The event engine's collectives or the periodic engine's, as ``simulation.flow_engine`` says."""
     from sim.engine.periodic import PeriodicCollectives
 
-    engine = scenario.flow_engine
-    if engine == "event" or not _ring_based(scenario) or len(members) == 1:
+    if scenario.flow_engine == "event" or not _ring_based(scenario) or len(members) == 1:
         return Collectives(env, net, traced=TRACED_RANKS)
-    periodic = PeriodicCollectives(env, net, traced=TRACED_RANKS)
-    if engine == "periodic" or len(members) > MAX_EVENT_WORLD_SIZE:
-        return periodic
-    groups = [[members]]
-    if detailed_collective(scenario.strategy.collective) == "hierarchical" and uses_collective(scenario):
-        _, g, in_nodes, acrosses = periodic._layout(members)
-        groups = [in_nodes, acrosses] if g > 1 and len(in_nodes) > 1 else groups
-    if any(periodic.pattern(group).shared for group in groups):
-        return Collectives(env, net, traced=TRACED_RANKS)
-    return periodic
+    return PeriodicCollectives(env, net, traced=TRACED_RANKS)
 
 
 def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:

@@ -14,7 +14,23 @@ from __future__ import annotations
 
 from sim.cluster import Cluster
 from sim.errors import ConfigError
+from sim.topology.fabric import Fabric
 from sim.topology.routing import Router, flow_key
+
+
+def add_cables(flows, fabric: Fabric) -> list[int]:
+    """Two directed links per cable (a -> b, then b -> a) at the cable's payload rate; returns the
+    first link of each cable (directed link 2c + d of the router is ``result[c] + d``)."""
+    names = fabric.switch_names
+    first: list[int] = []
+    seen: dict[tuple[int, int], int] = {}
+    for a, b, kind in fabric.cables:
+        cable = fabric.kinds[kind]
+        n = seen[(a, b)] = seen.get((a, b), 0) + 1
+        tag = f"#{n}" if n > 1 else ""
+        first.append(flows.add_link(f"{names[a]}->{names[b]}{tag}", cable.link.effective_Bps, cable.tier))
+        flows.add_link(f"{names[b]}->{names[a]}{tag}", cable.link.effective_Bps, cable.tier)
+    return first
 
 
 class FabricPaths:
@@ -42,15 +58,7 @@ class FabricPaths:
             name = f"node{k}" if k < nodes else f"ps{k - nodes}"
             self.nic_tx.append([add(f"{name}.nic{j}.tx", nic_Bps, "nic") for j in range(ports)])
             self.nic_rx.append([add(f"{name}.nic{j}.rx", nic_Bps, "nic") for j in range(ports)])
-        names = fabric.switch_names
-        self.cable_link: list[int] = []
-        seen: dict[tuple[int, int], int] = {}
-        for a, b, kind in fabric.cables:
-            cable = fabric.kinds[kind]
-            n = seen[(a, b)] = seen.get((a, b), 0) + 1
-            tag = f"#{n}" if n > 1 else ""
-            self.cable_link.append(add(f"{names[a]}->{names[b]}{tag}", cable.link.effective_Bps, cable.tier))
-            add(f"{names[b]}->{names[a]}{tag}", cable.link.effective_Bps, cable.tier)
+        self.cable_link = add_cables(flows, fabric)
         self.base_alpha_s = cluster.inter_link.alpha_s - topology.ring_extra_latency_s
 
     def _host(self, k: int) -> int:

@@ -39,12 +39,13 @@ class _Pattern:
     """The edges of rings that run together, their sub-flows' rates (max-min over all at once)."""
 
     def __init__(self, net: ClusterNetwork, rings: Sequence[Sequence[int]]):
-        edges: dict[tuple[int, int], None] = {}
-        for members in rings:
+        edges: dict[tuple[int, int], int] = {}
+        for r, members in enumerate(rings):
             m = len(members)
             for i in range(m):
-                edges[(members[i], members[(i + 1) % m])] = None
+                edges.setdefault((members[i], members[(i + 1) % m]), r)
         self.edges = list(edges)
+        ring_of_edge = np.fromiter(edges.values(), dtype=np.int64, count=len(edges))
         index = {}
         ptr = [0]
         links: list[int] = []
@@ -81,6 +82,14 @@ class _Pattern:
         self.rate = rate
         self.neck = neck
         self.flow_per_byte = per_byte
+        # a link's busy time per step and byte: its slowest flow's (in phase, the flows overlap),
+        # shared among the rings that have flows on it (each ring books its part)
+        lengths = np.diff(self.flow_ptr)
+        flow_of = np.repeat(np.arange(len(lengths)), lengths)
+        self.link_per_byte = np.zeros(len(capacity))
+        np.maximum.at(self.link_per_byte, self.flow_links, per_byte[flow_of])
+        ring_link = np.unique(np.stack([self.flow_links, ring_of_edge[self.owner[flow_of]]]), axis=1)
+        self.rings_on_link = np.bincount(ring_link[0], minlength=len(capacity))
 
     def delays(self, edge_ids: np.ndarray, chunk_bytes: float) -> np.ndarray:
         return self.alpha_s[edge_ids] + chunk_bytes * self.s_per_byte[edge_ids]
@@ -157,19 +166,18 @@ class PeriodicCollectives(Collectives):
             self.net.count(members[i], members[(i + 1) % m], steps * chunk_bytes, pattern.link_class[e])
         flows = self.net.flows
         used = np.isin(pattern.owner, edge_ids)
-        per_flow_bytes = chunk_bytes / pattern.subflows[pattern.owner]
-        busy = np.zeros(len(flows.capacity_Bps))
-        link_bytes = np.zeros(len(flows.capacity_Bps))
         lengths = np.diff(pattern.flow_ptr)
         flow_of = np.repeat(np.arange(len(lengths)), lengths)
         mask = used[flow_of]
         links = pattern.flow_links[mask]
-        np.add.at(link_bytes, links, steps * per_flow_bytes[flow_of[mask]])
-        np.maximum.at(busy, links, chunk_bytes * pattern.flow_per_byte[flow_of[mask]])
+        link_bytes = np.zeros(len(flows.capacity_Bps))
+        np.add.at(link_bytes, links, steps * chunk_bytes / pattern.subflows[pattern.owner[flow_of[mask]]])
+        touched = np.unique(links)
+        busy = steps * chunk_bytes * pattern.link_per_byte[touched] / pattern.rings_on_link[touched]
         flows.flows_started += int(used.sum()) * steps
-        for link in np.nonzero(link_bytes)[0]:
+        for link, b in zip(touched.tolist(), busy.tolist(), strict=True):
             flows.link_bytes[link] += float(link_bytes[link])
-            flows.busy_s[link] += float(steps * busy[link])
+            flows.busy_s[link] += b
 
 
 def _succeed(event: simpy.Event):

@@ -149,7 +149,9 @@ def _fat_tree(spec: dict[str, Any], slots: int, nics: int, inter_link: Link, cat
                    tiers - 1, catalog, inter_link)
     hops = _hop_latencies(f"{where}.hop_latency_us", spec.get("hop_latency_us"), tiers - 1)
     routing = require_choice(f"{where}.routing", spec.get("routing", "ecmp"), _ROUTINGS["fat_tree"])
-    sub_key = "pods" if tiers == 3 else "leaves"
+    sub_key, other = ("pods", "leaves") if tiers == 3 else ("leaves", "pods")
+    if other in spec:
+        raise ConfigError(f"{where}.{other}", spec[other], f"{sub_key} with tiers {tiers}")
     subtrees = spec.get(sub_key)
     if subtrees is not None:
         require_positive(f"{where}.{sub_key}", subtrees, integer=True)
