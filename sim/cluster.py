@@ -124,8 +124,20 @@ def attach_topology(cluster: Cluster, topology: dict[str, Any], placement: Any, 
     from sim.topology.routing import placement_order
     from sim.topology.spec import build_fabric, check_placement
 
-    fabric = build_fabric(topology, host_slots_needed=cluster.nodes, nics=cluster.nics_per_node,
-                          inter_link=cluster.inter_link, catalog=catalog, where=f"{where}.topology")
+    needed = cluster.nodes
+    if isinstance(placement, (list, tuple)) and placement and all(isinstance(s, int) and not isinstance(s, bool)
+                                                                  for s in placement):
+        needed = max(needed, max(placement) + 1)  # a fabric sized to the job reaches its highest slot
+    def build(slots: int):
+        return build_fabric(topology, host_slots_needed=slots, nics=cluster.nics_per_node,
+                            inter_link=cluster.inter_link, catalog=catalog, where=f"{where}.topology")
+
+    try:
+        fabric = build(needed)
+    except ConfigError:
+        if needed == cluster.nodes:
+            raise
+        fabric = build(cluster.nodes)  # the placement names a slot no such fabric has: say so below
     placement = check_placement(list(placement) if isinstance(placement, tuple) else placement,
                                 fabric.host_slots, cluster.nodes, f"{where}.placement")
     order = placement_order(placement, fabric.host_slots, seed)

@@ -137,7 +137,7 @@ def run_pattern(engine, hosts, pattern):
         messages = ([(a, b) for a in ports for b in ports if a != b] if kind == "alltoall"
                     else [tuple(x) for x in pattern["pairs"]])
         inbound = {}
-        for a, b in messages:
+        for _, b in messages:
             inbound[b] = inbound.get(b, 0) + 1
 
         def sender(a, targets):

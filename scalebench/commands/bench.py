@@ -3,6 +3,10 @@ asynchronous parameter-server run of 100 iterations (target: at most 2 s on 2 co
 ``scalebench plan`` search for GPT-2 XL on 64 A100s at a global batch of 512 (targets: at least
 1,000 candidates per second; a search of 10,000 candidates in at most 10 s).
 
+``--fidelity detailed`` times the detailed mode (every rank, every flow) on a 3-tier fat tree of
+radix-32 switches instead, at 256 to 16,384 GPUs (targets: 1,024 GPUs in 5 s, 16,384 in 60 s,
+4 GiB), with the cost's growth between rows.
+
 Each point runs in a fresh child process (``python -m scalebench.commands.bench --one ...``)
 so its wall time and peak memory (ru_maxrss) are its own; the table shows the median of
 ``--repeats`` runs.
@@ -12,18 +16,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 
 DEFAULT_GPUS = (64, 1024, 16384)
+DETAILED_GPUS = (256, 1024, 4096, 16384)
+DETAILED_FABRIC = {"kind": "fat_tree", "tiers": 3, "radix": 32}
+DETAILED_TARGETS_S = {1024: 5.0, 16384: 60.0}
+"""Issue 23's targets for one ResNet-50 data-parallel iteration on a 3-tier fat tree."""
+DETAILED_MEMORY_MIB = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="resnet50", metavar="NAME",
                         help="a zoo model (`scalebench list models`; default resnet50)")
-    parser.add_argument("--gpus", type=int, nargs="+", default=list(DEFAULT_GPUS), metavar="N",
-                        help=f"world sizes to time (default {' '.join(map(str, DEFAULT_GPUS))})")
+    parser.add_argument("--gpus", type=int, nargs="+", default=None, metavar="N",
+                        help=f"world sizes to time (default {' '.join(map(str, DEFAULT_GPUS))}; with --fidelity "
+                             f"detailed {' '.join(map(str, DETAILED_GPUS))})")
+    parser.add_argument("--fidelity", choices=("fast", "detailed"), default="fast",
+                        help="detailed: every rank and flow on --fabric (default fast)")
+    parser.add_argument("--fabric", default=None, metavar="TOPOLOGY",
+                        help="cluster.topology of the detailed runs: fat_tree, rail_optimized, single_switch or a "
+                             "fabric YAML file (default: a 3-tier fat tree of radix 32)")
     parser.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
     parser.add_argument("--collective", default="ring", metavar="NAME",
                         help="gradient reduction: ring, tree, hierarchical, ps (default ring)")
@@ -44,13 +60,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="pipeline flushes replayed (the planner's way) or run through the event layer")
 
 
-def _scenario_spec(model: str, gpus: int, per_node: int, collective: str) -> dict:
-    return {
+def _scenario_spec(model: str, gpus: int, per_node: int, collective: str, fidelity: str = "fast",
+                   fabric=None) -> dict:
+    spec = {
         "name": f"bench-{model}-{gpus}",
         "workload": {"model": model},
         "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr"},
         "strategy": {"collective": collective},
+        "simulation": {"fidelity": fidelity},
     }
+    if fabric is not None:
+        spec["cluster"]["topology"] = fabric
+    return spec
 
 
 def _async_spec(model: str, workers: int, per_node: int, servers: int, jitter_cv: float) -> dict:
@@ -154,17 +175,19 @@ def measure_one(spec: dict) -> dict:
     from sim.simulate import simulate
 
     start = time.perf_counter()
+    cpu = time.process_time()
     scenario = scenario_from_dict(spec)
     result = simulate(scenario)
     wall = time.perf_counter() - start
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"wall_s": wall, "events": result.events, "iteration_time_s": result.iteration_time_s,
-            "scaling_efficiency": result.scaling_efficiency, "peak_rss_mib": peak_kib / 1024}
+    return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "events": result.events,
+            "iteration_time_s": result.iteration_time_s, "scaling_efficiency": result.scaling_efficiency,
+            "peak_rss_mib": peak_kib / 1024, "flow_engine": result.flow_engine}
 
 
 FLAG_OF_FIELD = {
     "workload.model": "--model", "cluster.gpus": "--gpus", "cluster.gpus_per_node": "--gpus-per-node",
-    "strategy.collective": "--collective", "strategy.ps_servers": "--async-servers",
+    "strategy.collective": "--collective", "strategy.ps_servers": "--async-servers", "cluster.topology": "--fabric",
     "heterogeneity.jitter_cv": "--async-jitter-cv", "iterations": "--async-iterations",
 }
 """The flag that sets each scenario field this command builds, for its error messages."""
@@ -212,8 +235,14 @@ def _run(args: argparse.Namespace) -> int:
     from sim.errors import require_positive
 
     require_positive("--repeats", args.repeats, integer=True)
+    if args.fidelity == "detailed":
+        return _run_detailed(args)
+    if args.fabric is not None:
+        from sim.errors import ConfigError
+
+        raise ConfigError("--fabric", args.fabric, "only with --fidelity detailed")
     specs = []
-    for gpus in args.gpus:
+    for gpus in args.gpus or DEFAULT_GPUS:
         spec = _scenario_spec(args.model, gpus, args.gpus_per_node, args.collective)
         _checked(spec)
         specs.append((gpus, spec))
@@ -270,6 +299,55 @@ def _run(args: argparse.Namespace) -> int:
                          "scaling_efficiency": float("nan"), "peak_rss_mib": plan_row["peak_rss_mib"]})
         write_out(format_rows(rows, args.format))
     return 0
+
+
+def _run_detailed(args: argparse.Namespace) -> int:
+    """The detailed mode on a fabric: wall and CPU time, events, peak memory per size, the growth
+    of the cost from the previous row, and the targets."""
+    fabric = DETAILED_FABRIC if args.fabric is None else args.fabric
+    specs = []
+    for gpus in args.gpus or DETAILED_GPUS:
+        spec = _scenario_spec(args.model, gpus, args.gpus_per_node, args.collective, "detailed", fabric)
+        _checked(spec)
+        specs.append((gpus, spec))
+    rows: list[dict] = []
+    for gpus, spec in specs:
+        runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)]) for _ in range(args.repeats)]
+        wall = statistics.median(r["wall_s"] for r in runs)
+        growth = float("nan")
+        if rows and gpus != rows[-1]["gpus"] and wall > 0:  # wall ~ GPUs^x between consecutive rows
+            growth = math.log(wall / rows[-1]["wall_s_median"]) / math.log(gpus / rows[-1]["gpus"])
+        rows.append({"gpus": gpus, "wall_s_median": wall, "wall_s_min": min(r["wall_s"] for r in runs),
+                     "wall_s_max": max(r["wall_s"] for r in runs),
+                     "cpu_s_median": statistics.median(r["cpu_s"] for r in runs), "growth_exponent": growth,
+                     "events": runs[0]["events"], "flow_engine": runs[0]["flow_engine"],
+                     "iteration_time_s": runs[0]["iteration_time_s"], "scaling_efficiency": runs[0]["scaling_efficiency"],
+                     "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+                     "target_s": DETAILED_TARGETS_S.get(gpus, float("nan"))})
+    failed = [r["gpus"] for r in rows if r["wall_s_median"] > r["target_s"] or r["peak_rss_mib"] > DETAILED_MEMORY_MIB]
+    if args.format != "table":
+        from scalebench.commands.common import format_rows, write_out
+
+        write_out(format_rows(rows, args.format))
+        return 1 if failed else 0
+    where = fabric if isinstance(fabric, str) else ", ".join(f"{k} {v}" for k, v in fabric.items())
+    print(f"scalebench bench --fidelity detailed: {args.model}, synchronous data parallel, {args.collective} allreduce, "
+          f"{args.gpus_per_node} GPUs/node, v100 + nvlink2 + ib_edr on {where}; every rank and flow; "
+          f"median of {args.repeats} runs, one process each")
+    print(f"{'GPUs':>7} {'wall (median)':>14} {'wall min-max':>16} {'cpu':>8} {'growth':>7} {'events':>9} "
+          f"{'engine':>9} {'sim. iteration':>15} {'peak RSS':>10} {'target':>8}")
+    print(f"{'':>7} {'s':>14} {'s':>16} {'s':>8} {'n^x':>7} {'':>9} {'':>9} {'ms':>15} {'MiB':>10} {'s':>8}")
+    for r in rows:
+        growth_text = f"{r['growth_exponent']:>7.2f}" if r["growth_exponent"] == r["growth_exponent"] else f"{'':>7}"
+        target = f"{r['target_s']:>8.0f}" if r["target_s"] == r["target_s"] else f"{'':>8}"
+        print(f"{r['gpus']:>7} {r['wall_s_median']:>14.3f} {r['wall_s_min']:>7.3f}-{r['wall_s_max']:<8.3f} "
+              f"{r['cpu_s_median']:>8.2f} {growth_text} {r['events']:>9} {r['flow_engine']:>9} "
+              f"{r['iteration_time_s'] * 1e3:>15.3f} {r['peak_rss_mib']:>10.1f} {target}")
+    print("growth: the wall time grows as GPUs^x from the row above (x = 1: linear in GPUs)")
+    targets = ", ".join(f"{g:,} GPUs <= {t:g} s" for g, t in DETAILED_TARGETS_S.items())
+    print(("PASS" if not failed else "FAIL") + f": {targets}, peak RSS <= {DETAILED_MEMORY_MIB} MiB"
+          + (f" (missed at {failed} GPUs)" if failed else ""))
+    return 1 if failed else 0
 
 
 def _bench_async_spec(args: argparse.Namespace) -> dict:

@@ -25,6 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="table (default: the breakdown for people), csv or json (the result row)")
     parser.add_argument("--trace", metavar="FILE.json",
                         help="write a Chrome/Perfetto timeline of the iteration (sim/trace.py's format)")
+    parser.add_argument("--links", metavar="FILE.csv",
+                        help="detailed fidelity: write every link's bytes, busy time and utilisation")
+    parser.add_argument("--link-plot", metavar="STEM",
+                        help="detailed fidelity: draw each tier's link utilisation to STEM.png and STEM.svg")
     parser.add_argument("--single-gpu-samples-per-s", type=float, metavar="FLOAT",
                         help="calibrate compute to one measured GPU: its samples/s (scales every layer's roofline time)")
     parser.add_argument("--single-gpu-iteration-time-s", type=float, metavar="SECONDS",
@@ -58,15 +62,54 @@ def run(args: argparse.Namespace) -> int:
         check_writable("--trace", args.trace)
     if args.iterations is not None:
         return _run_many(scenario, args)
+    if (args.links or args.link_plot) and scenario.fidelity != "detailed":
+        raise ConfigError("--links" if args.links else "--link-plot", args.links or args.link_plot,
+                          "only with --fidelity detailed (the fast path simulates no links)")
+    if args.links:
+        check_writable("--links", args.links)
+    if args.link_plot:
+        check_writable("--link-plot", f"{args.link_plot}.png")
     result = simulate(scenario)
     row = {**scenario_columns(scenario), **result.metrics(), "source": "sim"}
     if args.format == "table":
-        write_out(breakdown_table(row))
+        write_out(breakdown_table(row) + links_table(result, scenario))
     else:
         write_out(format_rows([row], args.format))
     if args.trace:
         atomic_write_json(args.trace, chrome_trace(result, scenario))
+    if args.links or args.link_plot:
+        _write_links(args, result, scenario)
     return 0
+
+
+def links_table(result, scenario, count: int = 5) -> str:
+    """The detailed mode's hottest links and its flow engine, under the breakdown."""
+    if not result.links:
+        return ""
+    from sim.units import human_bytes, human_seconds
+
+    topology = scenario.cluster.topology
+    where = topology.fabric.description if topology is not None else "one switch"
+    lines = [f"\n  network ({where}; {result.flow_engine} flow engine): hottest links"]
+    for s in result.hottest_links(count):
+        lines.append(f"    {s.name:<32} {s.tier:<11} busy {human_seconds(s.busy_s):>11} "
+                     f"{100 * s.utilisation(result.iteration_time_s):5.1f} %  {human_bytes(s.bytes):>10}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_links(args: argparse.Namespace, result, scenario) -> None:
+    from pathlib import Path
+
+    from experiments.plots_links import link_rows, plot_link_utilisation
+    from sim.fileio import atomic_write_text
+
+    if args.links:
+        atomic_write_text(args.links, format_rows(link_rows(result.links, result.iteration_time_s), "csv"))
+    if args.link_plot:
+        topology = scenario.cluster.topology
+        where = topology.fabric.description if topology is not None else "one switch"
+        plot_link_utilisation(result.links, result.iteration_time_s,
+                              f"{scenario.name}: {result.world_size} GPUs, {where}", Path(args.link_plot))
 
 
 def _throughput_calibration(args: argparse.Namespace) -> dict | None:

@@ -74,7 +74,7 @@ class PortNetwork:
         return self.flows.start([links], n_bytes, alpha_s, done)
 
 
-def _finish(net: PortNetwork, events: list[simpy.Event]) -> float:
+def _finish(net: PortNetwork, events: Sequence[simpy.Event]) -> float:
     ends = [0.0]
     for event in events:
         event.callbacks.append(lambda _e: ends.append(net.env.now))
