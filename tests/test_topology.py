@@ -218,6 +218,23 @@ def test_a_fabric_file_is_read_with_its_tiers_and_parallel_cables(tmp_path):
     assert c.oversubscription == pytest.approx(1.0)  # a contiguous ring crosses between leaves twice
 
 
+def test_the_documented_fabric_file_runs_in_the_detailed_mode():
+    from pathlib import Path
+
+    from sim.config import scenario_from_dict
+    from sim.simulate import simulate
+
+    path = str(Path(__file__).resolve().parents[1] / "docs" / "fabric_example.yaml")
+    s = scenario_from_dict({"workload": "resnet50", "cluster": {"gpus": 64, "gpus_per_node": 4, "topology": path,
+                                                                "placement": "random"},
+                            "simulation": {"fidelity": "detailed"}})
+    result = simulate(s)
+    assert s.cluster.topology.fabric.host_slots == 16
+    assert {link.tier for link in result.links} == {"gpu", "nic", "leaf-spine"}
+    # 200 Gb/s uplinks, 2:1 at the leaves: the leaf-spine cables carry bytes, none is busier than the iteration
+    assert all(0 < link.busy_s <= result.iteration_time_s for link in result.links)
+
+
 @pytest.mark.parametrize("topology,nodes,field", [
     ({"kind": "fat_tree", "tiers": 2, "radix": 4}, 16, "cluster.topology.radix"),            # 8 host ports at most
     ({"kind": "fat_tree", "tiers": 3, "radix": 4, "pods": 9}, 16, "cluster.topology.radix"),  # pods > radix
