@@ -33,7 +33,7 @@ def field_types() -> dict[str, Any]:
     key of the scenario's parsers."""
     from sim.catalog import COMPUTE_DTYPES, DEVICE_KINDS, LINK_KINDS, NIC_VENDORS, builtin_catalog
     from sim.codecs import CODEC_PATHS, CODECS
-    from sim.config import FIDELITIES
+    from sim.config import FIDELITIES, FLOW_ENGINES
     from sim.costs.backends import BACKENDS
     from sim.costs.pipeline import STAGE_BALANCES
     from sim.costs.staleness import STALENESS_PENALTIES
@@ -48,6 +48,7 @@ def field_types() -> dict[str, Any]:
         SCHEDULES,
         STRATEGY_KINDS,
     )
+    from sim.topology.spec import PLACEMENTS
     from sim.transformer import FAMILIES
     from sim.workload import DECODER, LAYER_COLUMNS, OPTIMIZERS, TIME_COLUMNS, zoo_names
 
@@ -74,6 +75,9 @@ def field_types() -> dict[str, Any]:
         "cluster.gpus": INT_POS, "cluster.nodes": INT_POS, "cluster.gpus_per_node": INT_POS,
         "cluster.gpu": gpu_name, "cluster.intra_link": link_name, "cluster.inter_link": link_name,
         "cluster.nics_per_node": INT_POS, "cluster.oversubscription": {"type": "number", "minimum": 1},
+        "cluster.topology": _topology(link_name),
+        "cluster.placement": {"oneOf": [_enum(PLACEMENTS),
+                                        {"type": "array", "items": INT_NONNEG, "uniqueItems": True, "minItems": 1}]},
         "strategy.kind": _enum(STRATEGY_KINDS), "strategy.collective": _enum(COLLECTIVES),
         "strategy.framework": _enum(FRAMEWORKS), "strategy.backend": _enum(BACKENDS),
         "strategy.protocol": _enum(PROTOCOLS), "strategy.fusion_mib": NUM_POS, "strategy.cycle_time_ms": NUM_NONNEG,
@@ -89,6 +93,7 @@ def field_types() -> dict[str, Any]:
         "strategy.ps_placement": _enum(PS_PLACEMENTS), "strategy.staleness_penalty": _enum(STALENESS_PENALTIES),
         "strategy.max_staleness": INT_NONNEG,
         "simulation.fidelity": _enum(FIDELITIES), "simulation.seed": INT_NONNEG, "simulation.check_memory": BOOL,
+        "simulation.flow_engine": _enum(FLOW_ENGINES),
         "heterogeneity.jitter_cv": NUM_NONNEG, "heterogeneity.slow_nodes": INT_NONNEG,
         "heterogeneity.slow_factor": {"type": "number", "minimum": 1},
         "heterogeneity.mixed_gpus": {"type": "object", "additionalProperties": INT_POS,
@@ -108,6 +113,21 @@ def field_types() -> dict[str, Any]:
                     "properties": {"rate_Gbps": NUM_POS, "delay_ms": NUM_NONNEG}},
         "link.source": STRING,
     }
+
+
+def _topology(link_name: dict[str, Any]) -> dict[str, Any]:
+    """``cluster.topology``: a kind's name or a fabric file's path, or a mapping (sim.topology.spec)."""
+    from sim.topology.spec import _KEYS, KINDS
+
+    per_tier_number = {"oneOf": [{"type": "number", "minimum": 0}, {"type": "array", "items": {"type": "number", "minimum": 0}}]}
+    props: dict[str, Any] = {
+        "kind": _enum(KINDS), "tiers": _enum([2, 3]), "radix": INT_POS, "oversubscription": per_tier_number,
+        "link": link_name, "links": {"type": "array", "items": link_name}, "hop_latency_us": per_tier_number,
+        "routing": _enum(["ecmp", "d-mod-k", "first"]), "pods": INT_POS, "leaves": INT_POS, "path": STRING,
+    }
+    assert set(props) == {key for keys in _KEYS.values() for key in keys}
+    return {"oneOf": [{"type": "string", "examples": [k for k in KINDS if k != "file"]},
+                      {"type": "object", "additionalProperties": False, "properties": props}]}
 
 
 def section_keys() -> dict[str, tuple[str, ...]]:

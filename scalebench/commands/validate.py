@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     harness_only = {"--quick": args.quick, "--config": args.config, "--out": args.out,
                     "--recalibrate": args.recalibrate, "--remeasure": args.remeasure, "--replay": args.replay}
     if args.suite == "devset":
+        if args.all:
+            raise ConfigError("--all", True, "--suite simgrid")
         for flag, value in harness_only.items():
             if value:  # the devset suite measures nothing and writes nothing: the flag would be ignored
                 raise ConfigError(flag, value, "--suite harness (the devset suite compares published measurements "
