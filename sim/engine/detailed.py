@@ -27,6 +27,8 @@ and to run cases the fast path cannot (ECMP collisions, asymmetric placement, co
 
 from __future__ import annotations
 
+import gc
+
 import simpy
 
 from sim.costs.comm import per_flow_cluster, spec_of
@@ -208,9 +210,15 @@ def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, Clus
     for p in range(servers):
         env.process(sync.coll.ps_server(p, reductions, servers, members))
     events = 0
-    while env.peek() != float("inf"):
-        env.step()
-        events += 1
+    collecting = gc.isenabled()
+    gc.disable()  # tens of thousands of live processes: the cycle collector's passes grow with them
+    try:
+        while env.peek() != float("inf"):
+            env.step()
+            events += 1
+    finally:
+        if collecting:
+            gc.enable()
     unfinished = [r.rank for r in ranks if not r.comm_done.triggered]
     if unfinished or not envelope.done.triggered:
         raise RuntimeError(f"detailed run deadlocked: ranks {unfinished[:8]} never finished")
