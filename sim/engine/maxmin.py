@@ -49,13 +49,9 @@ def max_min_rates(flows: dict[int, Any], capacity_Bps: Sequence[float], on_link:
     return rates
 
 
-def max_min_arrays(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity_Bps: np.ndarray,
-                   bound_Bps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def max_min_arrays(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity_Bps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rate, bottleneck link) per flow; flow f crosses ``flow_links[flow_ptr[f]:flow_ptr[f+1]]``.
-
-    ``bound_Bps`` (optional) caps single flows, as a private link each would (its bottleneck is -1).
-    The same rounds as ``max_min_rates``: equal inputs give equal rates.
-    """
+    The same rates as ``max_min_rates`` (tests/test_periodic.py)."""
     n_flows = len(flow_ptr) - 1
     lengths = np.diff(flow_ptr)
     if n_flows == 0:
@@ -69,26 +65,22 @@ def max_min_arrays(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity_Bps: n
     rate = np.full(n_flows, np.nan)
     neck = np.full(n_flows, -1, dtype=np.int64)
     frozen = np.zeros(n_flows, dtype=bool)
-    bound = np.full(n_flows, np.inf) if bound_Bps is None else np.asarray(bound_Bps, dtype=float)
     while not frozen.all():
         live = unfrozen > 0
         shares = np.full(len(spare), np.inf)
         shares[live] = spare[live] / unfrozen[live]
         # Shares only rise as the water level rises (a flow frozen at the lowest share s takes s
         # from links whose share is >= s), so a link whose share is the lowest on every path
-        # through it saturates at that share, and a flow whose own cap is below every share on its
-        # path stops at its cap: those freeze now, whatever happens elsewhere. The same rates as
-        # freezing one global minimum per round, in far fewer rounds.
+        # through it saturates at that share: its flows freeze now, whatever happens elsewhere.
+        # The same rates as freezing one global minimum per round, in far fewer rounds.
         on_path = shares[flow_links]
-        link_min = np.minimum.reduceat(on_path, starts)
-        flow_min = np.minimum(link_min, bound)
+        flow_min = np.minimum.reduceat(on_path, starts)
         flow_min[frozen] = np.inf
         seen_min = np.full(len(spare), np.inf)
         np.minimum.at(seen_min, flow_links, flow_min[flow_of])
         local = live & (shares <= seen_min * (1.0 + TIE_RTOL))
         hit = np.zeros(n_flows, dtype=bool)
         hit[flow_of[local[flow_links]]] = True
-        hit |= bound <= flow_min * (1.0 + TIE_RTOL)
         hit &= ~frozen
         if not hit.any():  # rounding left no local minimum: take the global one
             hit = (~frozen) & (flow_min <= flow_min.min() * (1.0 + TIE_RTOL))
@@ -100,7 +92,7 @@ def max_min_arrays(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity_Bps: n
         for candidates in (at_min, at_min & local[flow_links]):  # a saturating link wins
             idx = np.nonzero(candidates)[0][::-1]  # the first such link of the path
             first[flow_of[idx]] = flow_links[idx]
-        neck[hit] = np.where(bound[hit] < link_min[hit] * (1.0 - TIE_RTOL), -1, first[hit])
+        neck[hit] = first[hit]
         frozen |= hit
         members = hit[flow_of]
         np.subtract.at(spare, flow_links[members], rate[flow_of[members]])

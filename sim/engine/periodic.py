@@ -67,9 +67,6 @@ class _Pattern:
         self.flow_ptr = np.asarray(ptr, dtype=np.int64)
         self.flow_links = np.asarray(links, dtype=np.int64)
         self.owner = np.asarray(owner, dtype=np.int64)
-        pairs = np.unique(np.stack([self.flow_links, np.repeat(self.owner, np.diff(self.flow_ptr))]), axis=1)
-        self.shared = bool(len(pairs[0]) and (np.bincount(pairs[0]) > 1).any())
-        """Some link carries flows of two different edges (the premise may not hold: see the module)."""
         capacity = np.asarray(net.flows.capacity_Bps)
         rate, neck = max_min_arrays(self.flow_ptr, self.flow_links, capacity)
         per_byte = 1.0 / (self.subflows[self.owner] * rate)  # seconds per byte of the edge's message
