@@ -238,6 +238,28 @@ MORE = {
     "backend-flag-strategy-not-mapping": (_yaml("workload: mlp\nstrategy: fast\n"),
                                           ["simulate", "c.yaml", "--backend", "gloo"], "strategy: got 'fast'", None),
     "validate-devset-out-ignored": ({}, ["validate", "--suite", "devset", "--out", "v"], "--out", None),
+    # fabrics (issue 23): one line naming the field, nothing written
+    "fabric-cannot-hold": ({}, ["simulate", "--gpus", "1024", "--gpus-per-node", "1", "--fidelity", "detailed",
+                                "--fabric", "fat_tree"], "cluster.topology.radix", None),
+    "fabric-radix-does-not-tile": (_yaml(RESNET16.replace("}", ", topology: {kind: fat_tree, radix: 8, "
+                                                               "oversubscription: 2}}")), ["simulate", "c.yaml"],
+                                   "cluster.topology.radix", None),
+    "fabric-unknown-switch": ({"f.yaml": "switches: [{name: a}, {name: b}]\ncables: [{a: a, b: c, link: ib_hdr}]\n"
+                                         "hosts: [{switch: a, count: 4}]\n"},
+                              ["simulate", "--gpus", "2", "--gpus-per-node", "1", "--fabric", "f.yaml"],
+                              "f.yaml.cables[0].b", None),
+    "fabric-disconnected": ({"f.yaml": "switches: [{name: a}, {name: b}]\ncables: []\nhosts: [{switch: a, count: 4}]\n"},
+                            ["simulate", "--gpus", "2", "--gpus-per-node", "1", "--fabric", "f.yaml"], "f.yaml.cables",
+                            None),
+    "fabric-placement-repeated": (_yaml("workload: mlp\ncluster: {gpus: 2, gpus_per_node: 1, topology: fat_tree, "
+                                        "placement: [3, 3]}\n"), ["simulate", "c.yaml"], "cluster.placement", None),
+    "flow-engine-unknown": ({}, ["simulate", "--fidelity", "detailed", "--flow-engine", "zz"],
+                            "simulation.flow_engine", None),
+    "links-on-the-fast-path": ({}, ["simulate", "--links", "l.csv"], "--links", None),
+    "bench-fabric-without-detailed": ({}, ["bench", "--fabric", "fat_tree"], "--fabric", None),
+    "bench-fabric-cannot-hold": ({}, ["bench", "--fidelity", "detailed", "--gpus", "4096", "--gpus-per-node", "1",
+                                      "--fabric", "fat_tree"], "--fabric", None),
+    "validate-simgrid-quick": ({}, ["validate", "--suite", "simgrid", "--quick"], "--quick", None),
     # report
     "report-claims-root-missing": ({}, ["report", "--claims", "--results-root", "nope"], "--results-root", None),
     "report-claims-readme-binary": ({"r.md": BINARY}, ["report", "--claims", "--readme", "r.md", "--results-root", "."],

@@ -5,9 +5,10 @@ a subprocess (CI installs the package: .ci/run). Without it these tests skip.
 - routes: SimGrid's own FatTree zone and scalebench's PGFT with D-mod-k take the same cables for
   every pair of hosts, on fat trees of 16 to 256 hosts;
 - times: ring, tree and all-to-all on the same fabrics, links and routes agree with SimGrid's
-  max-min model (CM02, solved exactly: full update) within 2 % (measured: within 3e-8);
+  max-min model (CM02, solved exactly: full update) within 2 % (measured: within 0.1 %);
 - LV08 (SimGrid's TCP model) is slower than plain max-min: its latency factor (13.01) and
-  bandwidth factor (0.97) explain most of it, its RTT-weighted sharing the rest.
+  bandwidth factor (0.97) explain nearly all of it (within 1.5 % with them), its RTT-weighted
+  sharing the rest.
 """
 
 from __future__ import annotations
@@ -47,11 +48,10 @@ def test_ring_tree_and_alltoall_times_agree_with_cm02_up_to_256_hosts(case):
 
 def test_the_tcp_model_is_slower_and_its_factors_say_why():
     """Against LV08, scalebench's plain max-min is faster on every pattern (LV08 multiplies latency
-    by 13.01 and bandwidth by 0.97); with those factors applied to our links the latency-bound ring
-    comes within 2 % of LV08, and what remains elsewhere is LV08's RTT-weighted sharing."""
+    by 13.01 and bandwidth by 0.97); with those factors applied to our links every pattern comes
+    within 2 % of LV08 (measured: within 1.5 % up to 256 hosts), what remains being LV08's
+    RTT-weighted sharing."""
     rows = compare_times(CASES[0], PYTHON, models=("LV08",))
     for r in rows:
-        assert r["diff"] < 0
-        assert abs(r["diff_with_factors"]) < abs(r["diff"])
-    ring = next(r for r in rows if r["pattern"] == "ring")
-    assert abs(ring["diff_with_factors"]) <= 0.02
+        assert r["diff"] < -0.05
+        assert abs(r["diff_with_factors"]) <= 0.02

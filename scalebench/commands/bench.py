@@ -210,6 +210,8 @@ def _checked(spec: dict, iterations: int | None = None) -> None:
             check_run_size(iterations, scenario.cluster.world_size)
     except ConfigError as err:
         flag = FLAG_OF_FIELD.get(err.field)
+        if flag is None:  # a key inside a section a flag sets: the flag, then the key
+            flag = next((f"{f} ({err.field})" for k, f in FLAG_OF_FIELD.items() if err.field.startswith(k + ".")), None)
         if flag is None:
             raise
         raise ConfigError(flag, err.value, err.allowed) from None
