@@ -235,6 +235,17 @@ def test_the_documented_fabric_file_runs_in_the_detailed_mode():
     assert all(0 < link.busy_s <= result.iteration_time_s for link in result.links)
 
 
+def test_a_fabric_file_named_in_a_config_is_found_beside_it(tmp_path, monkeypatch):
+    from sim.config import load_scenario
+
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "fabric.yaml").write_text(GOOD_FILE)
+    (folder / "c.yaml").write_text("workload: mlp\ncluster: {nodes: 8, gpus_per_node: 1, topology: fabric.yaml}\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario(folder / "c.yaml").cluster.topology.fabric.host_slots == 8
+
+
 @pytest.mark.parametrize("topology,nodes,field", [
     ({"kind": "fat_tree", "tiers": 2, "radix": 4}, 16, "cluster.topology.radix"),            # 8 host ports at most
     ({"kind": "fat_tree", "tiers": 3, "radix": 4, "pods": 9}, 16, "cluster.topology.radix"),  # pods > radix
