@@ -44,14 +44,15 @@ def resolve_paths(spec: Any, base_dir: str | Path) -> Any:
     if isinstance(workload, dict) and isinstance(workload.get("layers_file"), str):
         workload["layers_file"] = resolve_path(workload["layers_file"], base_dir)
     cluster = spec.get("cluster") if isinstance(spec, dict) else None
-    topology = cluster.get("topology") if isinstance(cluster, dict) else None
-    if isinstance(topology, str):
-        from sim.topology.spec import KINDS
+    if isinstance(cluster, dict):
+        topology = cluster.get("topology")
+        if isinstance(topology, str):
+            from sim.topology.spec import KINDS
 
-        if topology not in KINDS:
-            cluster["topology"] = resolve_path(topology, base_dir)
-    elif isinstance(topology, dict) and isinstance(topology.get("path"), str):
-        topology["path"] = resolve_path(topology["path"], base_dir)
+            if topology not in KINDS:
+                cluster["topology"] = resolve_path(topology, base_dir)
+        elif isinstance(topology, dict) and isinstance(topology.get("path"), str):
+            topology["path"] = resolve_path(topology["path"], base_dir)
     return spec
 
 
