@@ -3,12 +3,11 @@ and the README's claims table generator."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
-
-import dataclasses
 
 from experiments.claims import BEGIN, CLAIMS, END, claims_markdown, update_readme
 from experiments.regress import compare, run_suite
