@@ -129,6 +129,40 @@ def test_ring_allreduce_moves_its_busiest_chunk_every_step():
     assert cost.time_s == pytest.approx(want, rel=1e-9)
 
 
+def test_tree_chunk_follows_enqueue_cc_by_hand():
+    """Trees take one buffer step (chunkSteps 1): Simple 512 KiB, halved while nBytes / (nc x
+    chunk) < depth x 8 (to 128 KiB), < depth x 4 (to 64 KiB), < depth (to 32 KiB)."""
+    # 32 nodes x 1 GPU: depth = 1 - 1 + 5 = 5. 4 MiB on 2 channels: 4 < 40 -> 256K (8) -> 128K (16),
+    # stop at 128 KiB; 16 < 20 -> 64 KiB (32 >= 20); 32 >= 5
+    assert P.tree_depth(32, 32) == 5 and P.tree_chunk_bytes("Simple", 4 * MIB, 2, 32, 32) == 65536
+    # 1 GiB: 1024 loops of 512 KiB per channel pair: no halving
+    assert P.tree_chunk_bytes("Simple", 2**30, 2, 32, 32) == 512 * 1024
+    # 16 nodes x 8: depth = 7 + 4 = 11; 64 KiB on 2 channels: 1/16 < 88 -> 128K; < 44 -> 64K;
+    # < 11 -> 32 KiB, the floor
+    assert P.tree_depth(128, 16) == 11 and P.tree_chunk_bytes("Simple", 64 * 1024, 2, 128, 16) == 32768
+    # LL128, 16 x 8: nsteps = 1 + 4 + 0.8 = 5.8, ppn 8: halve while per-channel bytes / chunk <
+    # 5.8 x 64 / 8 = 46.4 and chunk > 128 KiB, then < 11.6 and chunk > 32 KiB (its step: 4.7 MB / 8
+    # x 120/128 = 576,000 B). 1 MiB per channel: 288,000 (3.6), 144,000 (7.3), 72,000 (14.6 < 46.4
+    # but 72,000 <= 131,072: stop); 14.6 >= 11.6: 72,000 B
+    step = P.CHUNK_BYTES["LL128"]
+    assert P.tree_chunk_bytes("LL128", 2**30, 4, 128, 16) == step
+    assert P.tree_chunk_bytes("LL128", 4 * MIB, 4, 128, 16) == step / 8 == 72000
+    assert P.tree_chunk_bytes("LL", 4 * MIB, 4, 128, 16) == P.CHUNK_BYTES["LL"]
+
+
+@pytest.mark.parametrize("nodes,g,gpu,link", [(32, 1, "p100", "pcie3"), (16, 8, "v100", "nvlink2"), (4, 8, "a100", "nvlink3")])
+@pytest.mark.parametrize("size", [MIB, 4 * MIB, 16 * MIB, 64 * MIB])
+def test_tree_prediction_tracks_nccls_own_model_as_the_ring_does(nodes, g, gpu, link, size):
+    """On InfiniBand, where the hardware delivers what NCCL's search assumes, a tree's predicted
+    time stays within 6 % of NCCL's own estimate (its chunk's hops and the per-hop wire latency
+    are all it adds), as a ring's does: no pipeline term may dominate a tree the tuner picked."""
+    group = node(gpu, link, g, nodes, "ib_fdr")
+    for algo in ("tree", "ring"):
+        model_s = nccl.model_time_us("allreduce", size, group, algo, "Simple") * 1e-6
+        got = comm_cost("nccl", "allreduce", size, group, CommOptions(algorithm=algo, protocol="Simple")).time_s
+        assert model_s <= got <= 1.06 * model_s, (algo, got / model_s)
+
+
 @pytest.mark.parametrize("size,chunk", [(1 * MIB, 16384), (8 * MIB - 1, 16384), (8 * MIB, 32768), (64 * MIB - 1, 32768),
                                         (64 * MIB, 65536), (2**30 - 1, 65536), (2**30, 131072), (8 * 2**30, 131072)])
 def test_nvls_chunk_follows_enqueue_cc(size, chunk):

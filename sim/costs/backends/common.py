@@ -107,10 +107,12 @@ def ring_hop_link(group: Cluster) -> Link:
     return group.inter_link if group.nodes > 1 else group.intra_link
 
 
-def pipelined_s(volume_bytes: float, rate_Bps: float, chain_hops: float, hop_delay_s: float, unit_bytes: float) -> float:
+def pipelined_s(volume_bytes: float, rate_Bps: float, chain_hops: float, hop_delay_s: float, unit_bytes: float,
+                hop_rate_Bps: float | None = None) -> float:
     """A pipelined collective whose every rank sends ``volume_bytes`` at up to ``rate_Bps``
     while each pipelining unit (``unit_bytes``) must cross ``chain_hops`` hops in sequence, each
-    ``hop_delay_s`` of propagation: T = max(V / R, hops x (d + unit / R)) + d.
+    ``hop_delay_s`` of propagation: T = max(V / R, hops x (d + unit / R_hop)) + d, R_hop the rate
+    a unit crosses one hop at (``hop_rate_Bps``; R where None).
     The first bound is the link kept busy (other units, other channels, fill the wait for a
     hop's data); the second is one unit's dependency chain, which no amount of parallelism
     shortens; the last hop's propagation is paid once at the end. With d = 0 and one unit per
@@ -119,7 +121,7 @@ def pipelined_s(volume_bytes: float, rate_Bps: float, chain_hops: float, hop_del
     if volume_bytes <= 0:
         return 0.0
     throughput = volume_bytes / rate_Bps
-    chain = chain_hops * (hop_delay_s + unit_bytes / rate_Bps)
+    chain = chain_hops * (hop_delay_s + unit_bytes / (hop_rate_Bps or rate_Bps))
     return max(throughput, chain) + hop_delay_s
 
 

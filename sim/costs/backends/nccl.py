@@ -45,6 +45,7 @@ from sim.costs.backends.nccl_pipeline import (
     nvls_fill_s,
     ring_critical_bytes,
     ring_threads,
+    tree_chunk_bytes,
 )
 from sim.costs.transports import cold_start_s, connection_Bps
 from sim.errors import ConfigError
@@ -325,7 +326,12 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     else:  # trees: up and down, 2 log2(nodes) network hops (nvls_tree, offered on no single node, alike)
         depth = 2 * max(1, math.ceil(math.log2(group.nodes))) if group.nodes > 1 else 2
         volume = 2.0 * n_bytes if algo == "tree" else float(n_bytes)
-        wire = pipelined_s(n_bytes, alg_bw, depth, hop.latency_s, min(CHUNK_BYTES[proto], n_bytes))
+        # a tree's chunk (enqueue.cc: one buffer step, halved for small messages) crosses each
+        # hop at the link's rate (bus_bw), as a ring's does; the tree's algbw (bus / 2, x its
+        # correction) is the throughput of the whole up-and-down
+        unit = tree_chunk_bytes(proto, n_bytes, graph.runtime_channels, n, group.nodes) if algo == "tree" \
+            else CHUNK_BYTES[proto]
+        wire = pipelined_s(n_bytes, alg_bw, depth, hop.latency_s, min(unit, n_bytes), hop_rate_Bps=bus_bw)
         by_link = ring_bytes_by_link(volume, group)
     cold = 0.0
     if group.nodes > 1 and not end_to_end(group):

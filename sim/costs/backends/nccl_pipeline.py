@@ -102,6 +102,37 @@ def ring_critical_bytes(proto: str, n_bytes: float, channels: int, nranks: int, 
     return full * chunk + (ring_chunk_bytes(proto, rest, channels, nranks, nthreads) if rest > 0 else 0.0)
 
 
+def tree_depth(nranks: int, nnodes: int) -> int:
+    """graph/connect.cc connectTrees: 'not an exact value but a good approximation',
+    depth = nRanks / nNodes - 1 + log2i(nNodes)."""
+    return nranks // max(1, nnodes) - 1 + int(math.log2(max(1, nnodes)))
+
+
+def tree_chunk_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nnodes: int) -> float:
+    """The chunk a tree allreduce moves per channel and hop (enqueue.cc computeColl, 2.8-2.19):
+    trees take one step of the protocol's buffer, not the ring's ALLREDUCE_CHUNKSTEPS
+    (chunkSteps = 1 unless ring Simple). Simple then halves it while nBytes / (nChannels x chunk)
+    < depth x 8 (down to 128 KiB), < depth x 4 (64 KiB), < depth (32 KiB); LL128 while it is
+    < nsteps x 64 / ppn (128 KiB), < nsteps x 16 / ppn (32 KiB), nsteps = 1 + log2i(nNodes) +
+    0.1 ppn, ppn = nRanks / nNodes; LL keeps its step."""
+    if proto == "LL":
+        return float(CHUNK_BYTES["LL"])
+    per_channel = n_bytes / max(1, channels)
+    if proto == "Simple":
+        chunk = float(T.SIMPLE_STEP_BYTES)
+        depth = tree_depth(nranks, nnodes)
+        cuts: tuple[tuple[float, float], ...] = ((depth * 8, 131072), (depth * 4, 65536), (depth, 32768))
+    else:  # LL128: one step of its buffer, at 120/128 payload
+        chunk = float(CHUNK_BYTES["LL128"])
+        ppn = nranks / max(1, nnodes)
+        nsteps = 1 + int(math.log2(max(1, nnodes))) + 0.1 * ppn
+        cuts = ((nsteps * 64 / ppn, 131072), (nsteps * 16 / ppn, 32768))
+    for below, floor_bytes in cuts:
+        while per_channel / chunk < below and chunk > floor_bytes:
+            chunk /= 2
+    return chunk
+
+
 def nvls_chunk_bytes(n_bytes: float, channels: int, heads: int) -> int:
     """enqueue.cc's NVLS chunk: 128 KiB, cut to 64 / 32 / 16 KiB below 64 / 8 / 2 x
     concurrentOps x chunk bytes (concurrentOps = channels x heads)."""
