@@ -85,12 +85,70 @@ def allreduce_cost(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
     return op_cost("allreduce", n_bytes, group, spec)
 
 
+@dataclass(frozen=True)
+class RingLatency:
+    """What a collective library adds to one ring it runs, as the detailed mode schedules it:
+    ``base_s`` once per collective, ``intra_hop_s`` / ``inter_hop_s`` on every step over an
+    intra- / inter-node edge (after the link's own alpha), and whether the sender's next step
+    waits only for its bytes to have left (``pipelined``) rather than for their delivery."""
+
+    base_s: float = 0.0
+    intra_hop_s: float = 0.0
+    inter_hop_s: float = 0.0
+    pipelined: bool = False
+    protocol: str = ""
+    pace: float = 1.0
+    """A step's chunk takes ``pace`` x its payload's time at the links' rate (the protocol's
+    ceiling and chunk rounding); the bytes counted stay the payload."""
+
+
+PLAIN_RING = RingLatency()
+"""A ring of plain messages: nothing added, a send is complete on delivery (gloo, whose ring waits
+on each step's send, MPI, and every library on measured or alpha-beta links)."""
+
+
+def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> RingLatency:
+    """The library's latency of one ring ``op`` of ``n_bytes`` over ``group`` (nccl-tests sizes).
+
+    NCCL: T_lat = f x (baseLat[ring][p] + sum over the ring's steps of hwLat[hw][ring][p]), p the
+    protocol its tuner picks for this size among those the strategy allows (NCCL_PROTO), hw the
+    edge's class (intra steps floored at getNetOverhead across nodes), f the 1.9 / 1.4 'plateau'
+    of a multi-node Simple allreduce (src/graph/tuning.cc ncclTopoTuneModel, ncclTopoGetAlgoTime;
+    sim.costs.backends.nccl._latency_us sums the same terms along the ring). Each connection has
+    NCCL_STEPS = 8 slots (src/include/device.h), so a hop's latency delays the data, not the
+    sender's next step: pipelined. Its steps are paced as the fast path's throughput bound paces
+    them (``nccl.ring_pace_factor``: chunk rounding, the protocol's bandwidth). Others, and
+    measured or alpha-beta links: PLAIN_RING."""
+    from sim.costs.backends.common import end_to_end
+
+    if spec.backend != "nccl" or group.world_size == 1 or end_to_end(group):
+        return PLAIN_RING
+    from sim.costs.backends import nccl
+
+    _, proto = nccl.choose(op, n_bytes, group, spec.options("ring"))
+    base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group)
+    f = nccl.latency_factor("ring", proto, op, n_bytes, group, nccl.ring_graph(group)) * 1e-6
+    return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto,
+                       nccl.ring_pace_factor(op, proto, n_bytes, group))
+
+
+def ring_latency_for(cluster: Cluster, spec: CommSpec):
+    """``latency(op, n_bytes, nodes, gpus_per_node)``: ``ring_latency`` for a ring over that many
+    nodes of ``cluster`` with that many members on each (memoised: buckets repeat)."""
+    import functools
+
+    @functools.lru_cache(maxsize=4096)
+    def latency(op: str, n_bytes: float, nodes: int, gpus_per_node: int) -> RingLatency:
+        return ring_latency(op, n_bytes, replace(cluster, nodes=nodes, gpus_per_node=gpus_per_node), spec)
+
+    return latency
+
+
 def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
     """The cluster as the detailed mode's per-flow network should see it under the library:
     each link an alpha-beta twin (kind custom) whose rate is what the transport gives a
-    connection with the library's streams and whose alpha adds the library's own per-step
-    latency of its ring (NCCL: tuning.cc's Simple hop latency of the link's hardware class).
-    Measured and alpha-beta links are already that."""
+    connection with the library's streams, its alpha the link's own (the library's latency is
+    scheduled per collective: ``ring_latency``). Measured and alpha-beta links are already that."""
     from sim.catalog import Link
     from sim.costs.backends.common import end_to_end
     from sim.costs.transports import connection_Bps
@@ -98,15 +156,10 @@ def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
     if end_to_end(group):
         return group
 
-    def twin(link: Link, hardware: str, streams: int) -> Link:
-        step_us = 0.0
-        if spec.backend == "nccl":
-            import sim.costs.backends.nccl_tables as tables
-
-            step_us = tables.HW_LAT_US[hardware]["ring"]["Simple"]
+    def twin(link: Link, streams: int) -> Link:
         rate = connection_Bps(link, streams)
         return Link(name=f"{link.name}@{spec.backend}", kind="custom", bandwidth_Bps=rate, latency_s=link.latency_s,
-                    software_latency_s=link.software_latency_s + step_us * 1e-6, efficiency=1.0,
+                    software_latency_s=link.software_latency_s, efficiency=1.0,
                     source=f"{link.name} as {spec.backend} sees it per flow (sim.costs.comm.per_flow_cluster)")
 
     streams = 1
@@ -114,6 +167,5 @@ def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
         from sim.costs.backends.nccl import ring_graph, sockets_per_connection
 
         streams = ring_graph(group).runtime_channels * sockets_per_connection(group.inter_link)
-    intra_hw = "nvlink" if group.intra_link.kind == "nvlink" else "pci"
-    return replace(group, intra_link=twin(group.intra_link, intra_hw, 1),
-                   inter_link=twin(group.inter_link, "net", max(1, streams // group.nics_per_node)))
+    return replace(group, intra_link=twin(group.intra_link, 1),
+                   inter_link=twin(group.inter_link, max(1, streams // group.nics_per_node)))

@@ -31,7 +31,7 @@ import gc
 
 import simpy
 
-from sim.costs.comm import per_flow_cluster, spec_of
+from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync, detailed_collective, uses_collective
 from sim.engine.flows import ClusterNetwork
@@ -178,12 +178,14 @@ def run_detailed(scenario: Scenario) -> IterationResult:
 
 
 def _collectives(env: simpy.Environment, net: ClusterNetwork, scenario: Scenario, members: list[int]) -> Collectives:
-    """The event engine's collectives or the periodic engine's, as ``simulation.flow_engine`` says."""
+    """The event engine's collectives or the periodic engine's, as ``simulation.flow_engine`` says,
+    their rings paced by the library's latency (sim.costs.comm.ring_latency)."""
     from sim.engine.periodic import PeriodicCollectives
 
+    latency = ring_latency_for(scenario.cluster, spec_of(scenario.strategy))
     if scenario.flow_engine == "event" or not _ring_based(scenario) or len(members) == 1:
-        return Collectives(env, net, traced=TRACED_RANKS)
-    return PeriodicCollectives(env, net, traced=TRACED_RANKS)
+        return Collectives(env, net, traced=TRACED_RANKS, latency=latency)
+    return PeriodicCollectives(env, net, traced=TRACED_RANKS, latency=latency)
 
 
 def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:

@@ -7,6 +7,11 @@ on ``sim.engine.flows.ClusterNetwork``:
   and step k from i-1 has arrived (no global barrier). In the reduce-scatter steps of a ring
   that sums, the rank adds the received chunk before it may send it on: that local sum (the
   codec's reduce cost, sim.costs.codecs) delays step k+1 by ``sum_s x chunk / tensor``.
+  The library's latency (``sim.costs.comm.ring_latency``, per collective and bucket size): its
+  base latency before the first step, its hop latency on every message after the link's alpha.
+  A plain ring's send is done on delivery (alpha, then the bytes); a pipelined library's (NCCL,
+  whose slots keep several steps in flight) once its bytes have left (they flow at once), the
+  receiver getting them alpha + hop latency later, so latency delays the data, not the sender.
 - hierarchical: an intra-node ring reduce-scatter of S/g, one inter-node ring allreduce per
   local rank (S/(g nodes) chunks), an intra-node ring allgather; one node or one member per
   node runs the flat ring, as the cost layer does.
@@ -22,13 +27,17 @@ slowest message and the link that held it (sim.engine.flows.MessageInfo).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import simpy
 
+from sim.costs.comm import PLAIN_RING, RingLatency
 from sim.engine.flows import ClusterNetwork
+
+LatencyOf = Callable[[str, float, int, int], RingLatency]
+"""``latency(op, n_bytes, nodes, gpus_per_node)`` of a library ring (sim.costs.comm.ring_latency_for)."""
 
 
 @dataclass(frozen=True)
@@ -60,8 +69,16 @@ class Messages:
             slot = self._slots[key] = self.env.event()
         return slot
 
-    def send(self, key: Any, src: int, dst: int, n_bytes: float) -> simpy.Event:
-        return self.net.transfer(src, dst, n_bytes, done=self._slot(key))
+    def send(self, key: Any, src: int, dst: int, n_bytes: float, extra_alpha_s: float = 0.0) -> simpy.Event:
+        return self.net.transfer(src, dst, n_bytes, done=self._slot(key), extra_alpha_s=extra_alpha_s)
+
+    def send_pipelined(self, key: Any, src: int, dst: int, n_bytes: float, extra_alpha_s: float,
+                       pace: float = 1.0) -> simpy.Event:
+        """Like ``send``, but the returned event fires when the bytes have left the sender; the
+        receiver's (``arrival``) alpha + ``extra_alpha_s`` later (ClusterNetwork.transfer_pipelined)."""
+        left = self.env.event()
+        self.net.transfer_pipelined(src, dst, n_bytes, left, self._slot(key), extra_alpha_s, pace)
+        return left
 
     def arrival(self, key: Any) -> simpy.Event:
         return self._slot(key)
@@ -78,10 +95,10 @@ class _RingPart:
     """One rank's steps of a ring, advanced by the callbacks of its messages."""
 
     __slots__ = ("coll", "me", "succ", "pos", "pred", "steps", "chunk_bytes", "tag", "k", "waiting", "done",
-                 "sum_steps", "step_sum_s", "members", "slowest", "sent")
+                 "sum_steps", "step_sum_s", "members", "slowest", "sent", "pipelined", "hop_s", "pace")
 
     def __init__(self, coll: Collectives, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
-                 sum_steps: int, step_sum_s: float):
+                 sum_steps: int, step_sum_s: float, latency: RingLatency):
         m = len(members)
         self.coll = coll
         self.me, self.succ = members[pos], members[(pos + 1) % m]
@@ -94,7 +111,13 @@ class _RingPart:
         self.members = members if self.me < coll.traced else None
         self.slowest: tuple[float, int, int, Any] | None = None
         self.sent: simpy.Event | None = None
-        self._step()
+        self.pipelined, self.pace = latency.pipelined, latency.pace
+        net = coll.net
+        self.hop_s = latency.intra_hop_s if net.node_of(self.me) == net.node_of(self.succ) else latency.inter_hop_s
+        if latency.base_s > 0:
+            coll.env.timeout(latency.base_s).callbacks.append(self._step)
+        else:
+            self._step()
 
     def _step(self, _event: simpy.Event | None = None) -> None:
         if self.k == self.steps:
@@ -104,7 +127,11 @@ class _RingPart:
             return
         key = (self.tag, self.k)
         messages = self.coll.messages
-        sent = self.sent = messages.send((key, self.pos), self.me, self.succ, self.chunk_bytes)
+        if self.pipelined:
+            sent = messages.send_pipelined((key, self.pos), self.me, self.succ, self.chunk_bytes, self.hop_s, self.pace)
+        else:
+            sent = messages.send((key, self.pos), self.me, self.succ, self.chunk_bytes, self.hop_s)
+        self.sent = sent
         received = messages.arrival((key, self.pred))
         self.waiting = 2
         _when_done(sent, self._one_done)
@@ -134,26 +161,39 @@ class Collectives:
     ``sum_busy_s[rank]`` totals the local-sum time the rank spent inside reducing rings.
     """
 
-    def __init__(self, env: simpy.Environment, net: ClusterNetwork, traced: int = 0):
+    def __init__(self, env: simpy.Environment, net: ClusterNetwork, traced: int = 0, latency: LatencyOf | None = None):
         self.env = env
         self.net = net
+        self.latency = latency
         self.messages = Messages(env, net)
         self.sum_busy_s: dict[int, float] = defaultdict(float)
         self.traced = traced
         self.delays: dict[int, Any] = {}
         self._layouts: dict[int, Any] = {}
+        self._nodes_in: dict[int, tuple[Sequence[int], int]] = {}
 
     def note_delay(self, rank: int, rate_Bps: float, src: int, dst: int, info: Any) -> None:
         name = self.net.flows.link_names[info.bottleneck] if info.bottleneck >= 0 else "latency only"
         self.delays[rank] = Delay(src, dst, name, rate_Bps)
 
+    def ring_latency(self, op: str, n_bytes: float, members: Sequence[int]) -> RingLatency:
+        """The library's latency of ring ``op`` of ``n_bytes`` over ``members`` (node-major, the same
+        count on every node they occupy)."""
+        if self.latency is None or len(members) < 2:
+            return PLAIN_RING
+        found = self._nodes_in.get(id(members))
+        if found is None or found[0] is not members:
+            found = self._nodes_in[id(members)] = (members, len({self.net.node_of(r) for r in members}))
+        nodes = found[1]
+        return self.latency(op, float(n_bytes), nodes, len(members) // nodes)
+
     def ring(self, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
-             sum_steps: int = 0, step_sum_s: float = 0.0, concurrent: Sequence[Sequence[int]] | None = None
-             ) -> simpy.Event:
+             sum_steps: int = 0, step_sum_s: float = 0.0, concurrent: Sequence[Sequence[int]] | None = None,
+             latency: RingLatency = PLAIN_RING) -> simpy.Event:
         """``members[pos]``'s part of ``steps`` ring steps; the first ``sum_steps`` end with a local
         sum of ``step_sum_s``. Driven by callbacks (no process per step): the returned event
         fires when the rank's last step is complete."""
-        return _RingPart(self, members, pos, steps, chunk_bytes, tag, sum_steps, step_sum_s).done
+        return _RingPart(self, members, pos, steps, chunk_bytes, tag, sum_steps, step_sum_s, latency).done
 
     # -- the building blocks ----------------------------------------------------------------
 
@@ -161,18 +201,22 @@ class Collectives:
                        concurrent: Sequence[Sequence[int]] | None = None):
         """2(m-1) steps of S/m; the m-1 reduce-scatter steps each sum 1/m of the tensor."""
         m = len(members)
-        yield self.ring(members, pos, 2 * (m - 1), n_bytes / m, (tag, "ring"), m - 1, sum_s / m, concurrent)
+        yield self.ring(members, pos, 2 * (m - 1), n_bytes / m, (tag, "ring"), m - 1, sum_s / m, concurrent,
+                        self.ring_latency("allreduce", n_bytes, members))
 
     def ring_reduce_scatter(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0,
                             concurrent: Sequence[Sequence[int]] | None = None):
         """m-1 steps of S/m (``n_bytes`` is the whole input)."""
         m = len(members)
-        yield self.ring(members, pos, m - 1, n_bytes / m, (tag, "reduce_scatter"), m - 1, sum_s / m, concurrent)
+        yield self.ring(members, pos, m - 1, n_bytes / m, (tag, "reduce_scatter"), m - 1, sum_s / m, concurrent,
+                        self.ring_latency("reduce_scatter", n_bytes, members))
 
     def ring_allgather(self, members: Sequence[int], pos: int, chunk_bytes: float, tag: Any,
                        concurrent: Sequence[Sequence[int]] | None = None):
         """m-1 steps, each forwarding one member's ``chunk_bytes``: every member receives (m-1) chunks."""
-        yield self.ring(members, pos, len(members) - 1, chunk_bytes, (tag, "allgather"), concurrent=concurrent)
+        m = len(members)
+        yield self.ring(members, pos, m - 1, chunk_bytes, (tag, "allgather"), concurrent=concurrent,
+                        latency=self.ring_latency("allgather", chunk_bytes * m, members))
 
     def hierarchical_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
         """Intra-node reduce-scatter, inter-node allreduce of the S/g shard, intra-node allgather.

@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import simpy
 
-from sim.costs.comm import per_flow_cluster, spec_of
+from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
 from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync
@@ -168,7 +168,7 @@ class _DetailedPipeline:
             self.stage_buckets.append([sum(grads[i] for i in group) for group in groups])
         self.env = simpy.Environment()
         self.net = ClusterNetwork(self.env, per_flow_cluster(scenario.cluster, spec_of(scenario.strategy)))
-        self.coll = Collectives(self.env, self.net)
+        self.coll = Collectives(self.env, self.net, latency=ring_latency_for(scenario.cluster, spec_of(scenario.strategy)))
         self.sync = GradientSync(self.env, scenario, self.coll)
         self.spans: list[Span] = []
         self.ranks = [_PipelineRank(self, r) for r in range(scenario.cluster.world_size)]

@@ -127,11 +127,13 @@ class FlowNetwork:
     # -- starting flows ---------------------------------------------------------------------
 
     def start(self, paths: Sequence[Sequence[int]], bytes_per_path: float, alpha_s: float,
-              done: simpy.Event | None = None) -> simpy.Event:
+              done: simpy.Event | None = None, pace: float = 1.0) -> simpy.Event:
         """One message of ``len(paths) x bytes_per_path`` bytes, one sub-flow per path.
 
         The sub-flows wait ``alpha_s`` and then share the links; the returned event (``done``
         if given) succeeds when the last sub-flow has delivered its bytes, with a ``MessageInfo``.
+        ``pace`` >= 1: each sub-flow occupies the links as ``pace`` x its bytes would (a
+        protocol's overhead); the links count the bytes themselves.
         """
         done = done if done is not None else self.env.event()
         if bytes_per_path <= 0 or not paths:
@@ -147,7 +149,7 @@ class FlowNetwork:
         fid = self._next_fid
         link_bytes = self.link_bytes
         for path in paths:
-            batch.append(_Flow(fid, tuple(path), float(bytes_per_path), message))
+            batch.append(_Flow(fid, tuple(path), float(bytes_per_path) * pace, message))
             for link in path:
                 link_bytes[link] += bytes_per_path
             fid += 1
@@ -409,8 +411,30 @@ class ClusterNetwork:
         self.sent_bytes[src] += n_bytes
         self.received_bytes[dst] += n_bytes
 
-    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None) -> simpy.Event:
-        """Send ``n_bytes`` from ``src`` to ``dst``; the event succeeds on delivery."""
+    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None,
+                 extra_alpha_s: float = 0.0) -> simpy.Event:
+        """Send ``n_bytes`` from ``src`` to ``dst`` after the route's alpha (and ``extra_alpha_s``);
+        the event succeeds on delivery."""
         paths, link_class, alpha_s = self.route(src, dst)
         self.count(src, dst, n_bytes, link_class)
-        return self.flows.start(paths, n_bytes / len(paths), alpha_s, done)
+        return self.flows.start(paths, n_bytes / len(paths), alpha_s + extra_alpha_s, done)
+
+    def transfer_pipelined(self, src: int, dst: int, n_bytes: float, left: simpy.Event, arrived: simpy.Event,
+                           extra_alpha_s: float = 0.0, pace: float = 1.0) -> None:
+        """Send ``n_bytes`` from ``src`` to ``dst`` as a library with slots in flight does: the
+        bytes flow at once (occupying the links as ``pace`` x their size would), ``left``
+        succeeds when they have left the sender (flow end) and ``arrived`` the route's alpha
+        (and ``extra_alpha_s``) later."""
+        paths, link_class, alpha_s = self.route(src, dst)
+        self.count(src, dst, n_bytes, link_class)
+        delay_s = alpha_s + extra_alpha_s
+
+        def deliver(event: simpy.Event) -> None:
+            left.succeed(event.value)
+
+            def arrive(_timeout: simpy.Event) -> None:
+                arrived.succeed(event.value)
+
+            self.env.timeout(delay_s).callbacks.append(arrive)
+
+        self.flows.start(paths, n_bytes / len(paths), 0.0, self.env.event(), pace).callbacks.append(deliver)

@@ -69,9 +69,10 @@ class PortNetwork:
     def node_of(self, endpoint: int) -> int:
         return endpoint
 
-    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None) -> simpy.Event:
+    def transfer(self, src: int, dst: int, n_bytes: float, done: simpy.Event | None = None,
+                 extra_alpha_s: float = 0.0) -> simpy.Event:
         links, alpha_s = self.route(src, dst)
-        return self.flows.start([links], n_bytes, alpha_s, done)
+        return self.flows.start([links], n_bytes, alpha_s + extra_alpha_s, done)
 
 
 def _finish(net: PortNetwork, events: Sequence[simpy.Event]) -> float:

@@ -3,9 +3,11 @@
 A ring's edge i -> i+1 sends the same chunk at every step over the same connections (its
 sub-flows keep their ECMP paths: the same 5-tuples). If the flows of the rings that run together
 (a collective's phase: one ring, or a hierarchical allreduce's concurrent rings) share links the
-same way at every step, each edge takes a constant d_i = alpha_i + chunk x max over its sub-flows
-of (1 / sub-flows) / rate, the rates being max-min fair over all those flows at once
-(sim.engine.maxmin.max_min_arrays), and the ring is solved in closed form
+same way at every step, each edge takes a constant t_i = chunk x max over its sub-flows of
+(1 / sub-flows) / rate to send, the rates being max-min fair over all those flows at once
+(sim.engine.maxmin.max_min_arrays), and d_i = alpha_i (+ the library's hop latency) + t_i from send
+to arrival; it holds its sender d_i (a plain ring: done on delivery) or t_i (a pipelined library
+ring, sim.costs.comm.ring_latency), and the ring is solved in closed form
 (sim.engine.ring_schedule): member i's finish, from every member's start. Nothing per step, nothing
 per message: a 16,384-rank ring of 32,766 steps costs a few numpy passes.
 
@@ -29,7 +31,8 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.engine.detailed_collectives import Collectives, Delay
+from sim.costs.comm import PLAIN_RING, RingLatency
+from sim.engine.detailed_collectives import Collectives, Delay, LatencyOf
 from sim.engine.flows import ClusterNetwork
 from sim.engine.maxmin import max_min_arrays
 from sim.engine.ring_schedule import ring_ends
@@ -64,6 +67,7 @@ class _Pattern:
                 ptr.append(len(links))
                 owner.append(e)
         self.index = index
+        self.intra = np.asarray([c == "intra" for c in self.link_class], dtype=bool)
         self.flow_ptr = np.asarray(ptr, dtype=np.int64)
         self.flow_links = np.asarray(links, dtype=np.int64)
         self.owner = np.asarray(owner, dtype=np.int64)
@@ -88,17 +92,23 @@ class _Pattern:
         ring_link = np.unique(np.stack([self.flow_links, ring_of_edge[self.owner[flow_of]]]), axis=1)
         self.rings_on_link = np.bincount(ring_link[0], minlength=len(capacity))
 
-    def delays(self, edge_ids: np.ndarray, chunk_bytes: float) -> np.ndarray:
-        return self.alpha_s[edge_ids] + chunk_bytes * self.s_per_byte[edge_ids]
+    def delays(self, edge_ids: np.ndarray, chunk_bytes: float, latency: RingLatency = PLAIN_RING
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(each edge's delay from send to arrival, the time its sender is held): alpha + the
+        library's hop latency + chunk x s/byte, and the same (plain) or the chunk's time alone
+        (pipelined: the sender moves on once its bytes have left)."""
+        transfer = chunk_bytes * latency.pace * self.s_per_byte[edge_ids]
+        hop_s = np.where(self.intra[edge_ids], latency.intra_hop_s, latency.inter_hop_s)
+        arrive = self.alpha_s[edge_ids] + hop_s + transfer
+        return arrive, (transfer if latency.pipelined else arrive)
 
 
 class PeriodicCollectives(Collectives):
     """``Collectives`` whose rings are solved as periodic schedules (see the module docstring);
     everything else (parameter servers) runs message by message on the event network."""
 
-    def __init__(self, env: simpy.Environment, net: ClusterNetwork, traced: int = 0):
-        super().__init__(env, net)
-        self.traced = traced
+    def __init__(self, env: simpy.Environment, net: ClusterNetwork, traced: int = 0, latency: LatencyOf | None = None):
+        super().__init__(env, net, traced, latency)
         self._patterns: dict[tuple[tuple[int, ...], ...], _Pattern] = {}
         self._open: dict[Any, dict[str, Any]] = {}
         self.rings_solved = 0
@@ -111,8 +121,8 @@ class PeriodicCollectives(Collectives):
         return found
 
     def ring(self, members: Sequence[int], pos: int, steps: int, chunk_bytes: float, tag: Any,
-             sum_steps: int = 0, step_sum_s: float = 0.0, concurrent: Sequence[Sequence[int]] | None = None
-             ) -> simpy.Event:
+             sum_steps: int = 0, step_sum_s: float = 0.0, concurrent: Sequence[Sequence[int]] | None = None,
+             latency: RingLatency = PLAIN_RING) -> simpy.Event:
         state = self._open.get(tag)
         if state is None:
             m = len(members)
@@ -124,22 +134,24 @@ class PeriodicCollectives(Collectives):
         state["waiting"] -= 1
         if state["waiting"] == 0:
             del self._open[tag]
-            self._solve(state, steps, chunk_bytes, sum_steps, step_sum_s)
+            self._solve(state, steps, chunk_bytes, sum_steps, step_sum_s, latency)
         return event
 
-    def _solve(self, state: dict[str, Any], steps: int, chunk_bytes: float, sum_steps: int, step_sum_s: float) -> None:
+    def _solve(self, state: dict[str, Any], steps: int, chunk_bytes: float, sum_steps: int, step_sum_s: float,
+               latency: RingLatency) -> None:
         members = state["members"]
         m = len(members)
         pattern = self.pattern(state["rings"])
         edge_ids = np.asarray([pattern.index[(members[i], members[(i + 1) % m])] for i in range(m)])
-        delays = pattern.delays(edge_ids, chunk_bytes)
+        arrive, hold = pattern.delays(edge_ids, chunk_bytes, latency)
         sums_s = min(steps, sum_steps) * step_sum_s
         if sums_s > 0:
             for r in members:
                 self.sum_busy_s[r] += sums_s
-        ends, pace = ring_ends(state["start"], delays, steps, sums_s)
+        # the library's base latency holds every member before its first step (as _RingPart's)
+        ends, pace = ring_ends(state["start"] + latency.base_s, arrive, steps, sums_s, hold)
         self.rings_solved += 1
-        self._book(pattern, edge_ids, members, steps, chunk_bytes)
+        self._book(pattern, edge_ids, members, steps, chunk_bytes, latency.pace)
         now = self.env.now
         for pos, event in enumerate(state["events"]):
             rank = members[pos]
@@ -154,9 +166,10 @@ class PeriodicCollectives(Collectives):
             timeout.callbacks.append(_succeed(event))
 
     def _book(self, pattern: _Pattern, edge_ids: np.ndarray, members: Sequence[int], steps: int,
-              chunk_bytes: float) -> None:
+              chunk_bytes: float, pace: float = 1.0) -> None:
         """Bytes per endpoint and per link, and each link's busy time: ``steps`` sends of the chunk
-        over every edge; a link shared by flows in phase is busy for the longest of them per step."""
+        over every edge (at ``pace``); a link shared by flows in phase is busy for the longest of
+        them per step."""
         m = len(members)
         for i in range(m):
             e = edge_ids[i]
@@ -170,7 +183,7 @@ class PeriodicCollectives(Collectives):
         link_bytes = np.zeros(len(flows.capacity_Bps))
         np.add.at(link_bytes, links, steps * chunk_bytes / pattern.subflows[pattern.owner[flow_of[mask]]])
         touched = np.unique(links)
-        busy = steps * chunk_bytes * pattern.link_per_byte[touched] / pattern.rings_on_link[touched]
+        busy = steps * chunk_bytes * pace * pattern.link_per_byte[touched] / pattern.rings_on_link[touched]
         flows.flows_started += int(used.sum()) * steps
         for link, b in zip(touched.tolist(), busy.tolist(), strict=True):
             flows.link_bytes[link] += float(link_bytes[link])

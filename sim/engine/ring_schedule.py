@@ -3,21 +3,27 @@
 Member i (ring position) starts step 0 at a_i; step k+1 when its own send of step k is done and
 step k from member i-1 has arrived, plus a local sum of sigma after each of the first ``sum_steps``
 steps (sim.engine.detailed_collectives._RingPart). When every send over edge i -> i+1 takes a
-constant d_i (its flows share links in the same way at every step: the periodic schedule), the
-start times obey the max-plus recurrence
+constant d_i from its start to its arrival, and holds its sender w_i (w = d when a send is done on
+delivery; w_i = t_i, the bytes' time without the latency a_i = d_i - t_i, when a pipelined library
+sends on once its bytes have left), the start times obey the max-plus recurrence
 
-    s(i, k+1) = max(s(i, k) + d_i, s(i-1, k) + d_{i-1}) + sigma_k
+    s(i, k+1) = max(s(i, k) + w_i, s(i-1, k) + d_{i-1}) + sigma_k
 
 (Baccelli, Cohen, Olsder and Quadrat, *Synchronization and Linearity*, 1992: timed event graphs).
+s(i, 0) = a_i, and member i's finish is s(i, K): its last send gone, the last step from i-1 in.
 Unrolled over positions x (member x mod m), a path from (j, 0) to (i, K) advances i - j times,
-leaving each member on the way once, and stays K - (i - j) times; its best weight stays at the
-slowest edge M(j, i) = max d over [j, i]:
+crossing each edge j .. i-1 once (weight d), and stays K - (i - j) times, each at a member of
+[j, i] (weight w); its best weight stays at the one that holds longest, M(j, i) = max w over [j, i]:
 
     end_i = a_j + P(i) - P(j) + (K - (i - j)) M(j, i),   maximised over i - K <= j <= i,
 
-plus the sums (P: prefix sums of d). Split by the value v = M: for each distinct delay v,
+plus the sums (P: prefix sums of d). Split by the value v = M: for each distinct hold v,
 end_i >= P(i) + (K - i) v + max over j in [i - K, q_v(i)] of (a_j - P(j) + j v), q_v(i) the last
-position <= i whose delay is >= v; the maximum over v is end_i (a smaller v only lowers a path).
+position <= i whose hold is >= v; the maximum over v is end_i (a smaller v only lowers a path).
+With w = d every step costs the slowest edge's d; with w = t a ring whose latencies alternate
+(a_s inside nodes, a_b between) and equal t pays K t + the latencies of the K consecutive edges
+before i: (m - 1)(a_s + a_b) for an allreduce's K = 2(m - 1), each hop's latency once per step
+along the ring, as NCCL's tuning model sums them, not K a_b.
 Range maxima come from a sparse table: O(V (K + m) log(K + m)) for V distinct delays, against
 O(K m) for stepping the recurrence (kept for small rings and as the test's reference).
 """
@@ -30,13 +36,15 @@ DIRECT_LIMIT = 1 << 16
 """Step the recurrence directly while steps x members stays below this."""
 
 
-def ring_ends_direct(a: np.ndarray, d: np.ndarray, steps: int, sums_s: float = 0.0) -> np.ndarray:
-    """The recurrence, step by step: member i's finish after ``steps`` steps (``sums_s`` in all)."""
+def ring_ends_direct(a: np.ndarray, d: np.ndarray, steps: int, sums_s: float = 0.0,
+                     hold: np.ndarray | None = None) -> np.ndarray:
+    """The recurrence, step by step: member i's finish after ``steps`` steps (``sums_s`` in all);
+    ``hold``: w (default d)."""
     s = np.asarray(a, dtype=float).copy()
     d = np.asarray(d, dtype=float)
+    w = d if hold is None else np.asarray(hold, dtype=float)
     for _ in range(steps):
-        sent = s + d
-        s = np.maximum(sent, np.roll(sent, 1))
+        s = np.maximum(s + w, np.roll(s + d, 1))
     return s + sums_s
 
 
@@ -62,32 +70,36 @@ def _range_max(table: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.nd
     return out
 
 
-def ring_ends(a: np.ndarray, d: np.ndarray, steps: int, sums_s: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def ring_ends(a: np.ndarray, d: np.ndarray, steps: int, sums_s: float = 0.0,
+              hold: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(finish time per member, the edge that paced it): the closed form above.
 
-    ``a``: start of each ring position; ``d``: delay of the send from position i to i+1;
-    ``sums_s``: the local sums every member adds over the ring (the same for all).
+    ``a``: start of each ring position; ``d``: delay of the send from position i to i+1, start to
+    arrival; ``hold``: how long that send holds its sender (w; default d); ``sums_s``: the local
+    sums every member adds over the ring (the same for all).
     """
     a = np.asarray(a, dtype=float)
     d = np.asarray(d, dtype=float)
+    w = d if hold is None else np.asarray(hold, dtype=float)
     m = len(a)
     if steps == 0 or m == 1:
         return a + sums_s, np.arange(m)
     if steps * m <= DIRECT_LIMIT:
-        ends = ring_ends_direct(a, d, steps, sums_s)
-        return ends, _pacing_edges(d, m)
+        ends = ring_ends_direct(a, d, steps, sums_s, w)
+        return ends, _pacing_edges(w, m)
     base = -(-steps // m) * m
     length = base + m
     x = np.arange(length)
     dd = d[x % m]
+    ww = w[x % m]
     aa = a[x % m]
     prefix = np.concatenate(([0.0], np.cumsum(dd)))[:length]
     targets = base + np.arange(m)
     lo = targets - steps
     best = np.full(m, -np.inf)
     pace = np.full(m, -1, dtype=np.int64)
-    for v in np.unique(d):
-        last = np.maximum.accumulate(np.where(dd >= v, x, -1))
+    for v in np.unique(w):
+        last = np.maximum.accumulate(np.where(ww >= v, x, -1))
         hi = last[targets]
         ok = hi >= lo
         if not ok.any():

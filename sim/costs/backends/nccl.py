@@ -186,6 +186,25 @@ def _nccl_steps(op: str, n: int) -> int:
     return n
 
 
+def ring_hop_latencies_us(proto: str, group: Cluster) -> tuple[float, float, float]:
+    """tuning.cc's latency terms of a ring under ``proto``: (baseLat once per collective, hwLat of
+    a step over an intra-node edge, of a step over the network), the intra-node step floored at
+    getNetOverhead (tripled for Simple) when the ring spans nodes."""
+    intra_lat = T.HW_LAT_US["nvlink" if group.intra_link.kind == "nvlink" else "pci"]["ring"][proto]
+    if group.nodes > 1:
+        intra_lat = max(intra_lat, T.NET_OVERHEAD_US_INTEL * (3 if proto == "Simple" else 1))
+    return T.BASE_LAT_US["ring"][proto], intra_lat, T.HW_LAT_US["net"]["ring"][proto]
+
+
+def latency_factor(algo: str, proto: str, op: str, n_bytes: float, group: Cluster, graph: Graph) -> float:
+    """ncclTopoGetAlgoTime's 'plateau effect of ring': a multi-node Simple ring allreduce's latency
+    x 1.9 (Volta) or 1.4 once a channel's share of a rank's buffer is 64 bytes or more."""
+    if algo == "ring" and proto == "Simple" and group.nodes > 1 and op == "allreduce" \
+            and n_bytes / (graph.channels * group.world_size) >= 64:
+        return T.RING_PLATEAU_FACTOR["volta" if _cc(group.gpu) < 8.0 else "ampere+"]
+    return 1.0
+
+
 def _latency_us(algo: str, proto: str, op: str, group: Cluster, graph: Graph) -> float:
     """tuning.cc: base latency plus the hops the algorithm makes at the hardware's latency."""
     n, nodes = group.world_size, group.nodes
@@ -200,9 +219,7 @@ def _latency_us(algo: str, proto: str, op: str, group: Cluster, graph: Graph) ->
             step_lat = T.HW_LAT_US[hw]["tree" if proto == "Simple" else "ring"][proto]
             return lat + nsteps * step_lat
         inter_steps = (2 * nodes if nodes > 1 else 0) if op == "allreduce" else nodes - 1
-        if nodes > 1:
-            net_overhead = T.NET_OVERHEAD_US_INTEL * (3 if proto == "Simple" else 1)
-            intra_lat = max(intra_lat, net_overhead)
+        lat, intra_lat, inter_lat = ring_hop_latencies_us(proto, group)
         return lat + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
     if algo == "tree":
         return lat + 2 * ((n // nodes - 1) * intra_lat + math.floor(math.log2(nodes)) * inter_lat)
@@ -250,10 +267,7 @@ def model_time_us(op: str, n_bytes: float, group: Cluster, algo: str, proto: str
         log_size = int(math.log2(max(1.0, n_bytes / 64)))
         if log_size < 23:
             bw *= T.TREE_CORRECTION[proto][log_size]
-    lat = _latency_us(algo, proto, op, group, graph)
-    if algo == "ring" and proto == "Simple" and group.nodes > 1 and op == "allreduce" \
-            and n_bytes / (graph.channels * group.world_size) >= 64:
-        lat *= T.RING_PLATEAU_FACTOR["volta" if _cc(group.gpu) < 8.0 else "ampere+"]
+    lat = _latency_us(algo, proto, op, group, graph) * latency_factor(algo, proto, op, n_bytes, group, graph)
     return lat + n_bytes / (1000 * bw)
 
 
@@ -302,10 +316,7 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
         log_size = int(math.log2(max(1.0, n_bytes / 64)))
         if log_size < 23:
             alg_bw *= T.TREE_CORRECTION[proto][log_size]
-    lat_s = _latency_us(algo, proto, op, group, graph) * 1e-6
-    if algo == "ring" and proto == "Simple" and group.nodes > 1 and op == "allreduce" \
-            and n_bytes / (graph.channels * n) >= 64:
-        lat_s *= T.RING_PLATEAU_FACTOR["volta" if _cc(group.gpu) < 8.0 else "ampere+"]
+    lat_s = _latency_us(algo, proto, op, group, graph) * latency_factor(algo, proto, op, n_bytes, group, graph) * 1e-6
     hop = ring_hop_link(group)
     inter_hops = (2 * group.nodes if op == "allreduce" else group.nodes - 1) if group.nodes > 1 else 0
     lat_s += inter_hops * group.inter_link.software_latency_s  # the transport's own per-message cost
@@ -338,6 +349,23 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
                             inter_streams, options.idle_s)
     return CommCost(lat_s + wire + cold, algo, proto, by_link)
+
+
+def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster) -> float:
+    """How much longer than its payload at the links' rate a ring step of ``op`` takes under
+    ``proto``: (busiest volume / volume) x (link rate / protocol rate), the two terms by which
+    ``_collective``'s throughput bound exceeds V / R (runRing's chunk rounding, tuning.cc's
+    per-protocol busBw refinements: LL128 x 0.92, LL 1/4 ...). 1 for a large Simple ring."""
+    n = group.world_size
+    graph = ring_graph(group)
+    streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
+    hw_Bps = ring_rate_Bps(group, streams)
+    alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, streams) * 1e9, "ring", op, n)
+    volume = ring_volume_bytes(op, n_bytes, n)
+    rate = volume / (n_bytes / alg_bw)
+    threads = ring_threads(proto, graph.channels * graph.bw)
+    busiest = _ring_busiest_volume(op, proto, n_bytes, volume, ring_steps(op, n), graph.runtime_channels, threads, n)
+    return max(1.0, busiest / volume * hw_Bps / rate)
 
 
 def _ring_busiest_volume(op: str, proto: str, n_bytes: float, volume: float, steps: int, channels: int,
