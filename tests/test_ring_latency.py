@@ -1,0 +1,202 @@
+"""A library's ring latency in the detailed mode (sim.costs.comm.ring_latency) against the fast path.
+
+NCCL keeps NCCL_STEPS = 8 slots in flight per connection, so a hop's latency delays the data, not
+the sender's next step: in a library ring a rank starts step k+1 once its own bytes of step k have
+left and step k from its predecessor has arrived (alpha + the protocol's hop latency after they
+left). Per collective the hop latency is that of the protocol NCCL's tuner picks for the bucket
+(LL128 for the small buckets here, Simple for large ones), plus NCCL's base latency once.
+- the 2-edge-class ring (alternating latencies) against its hand-computed closed form;
+- an isolated NCCL ring allreduce on one switch: the event engine, the periodic engine and the
+  closed form agree to 1e-9, and the fast path's comm_cost within the bounds below;
+- the small transformer on 4 nodes x 2 V100 that made the detailed mode 46 % slower than the fast
+  path: now within 10 %.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from sim.config import scenario_from_dict
+from sim.costs.comm import (
+    PLAIN_RING,
+    CommSpec,
+    allreduce_cost,
+    per_flow_cluster,
+    ring_latency,
+    ring_latency_for,
+)
+from sim.engine.detailed_collectives import Collectives
+from sim.engine.flows import ClusterNetwork
+from sim.engine.periodic import PeriodicCollectives
+from sim.engine.ring_schedule import ring_ends, ring_ends_direct
+from sim.simulate import simulate
+
+KiB, MiB = 1024, 1024 * 1024
+
+
+@pytest.mark.parametrize("m", [8, 64])
+@pytest.mark.parametrize("closed_form", [False, True])
+def test_alternating_latencies_are_summed_along_the_ring_not_maxed(m, closed_form):
+    """Edges alternate a_s (inside a node) and a_b (between), every transfer takes t. Pipelined
+    (the sender held t): an allreduce's K = 2(m-1) steps end at K t + (m-1)(a_s + a_b) for every
+    member (the all-advance path over K consecutive edges, which miss one edge of each class);
+    held until delivery: K (t + a_b), the slowest edge at every step."""
+    import sim.engine.ring_schedule as schedule
+
+    t, a_s, a_b = 3e-6, 1.9e-6, 15e-6
+    a = np.where(np.arange(m) % 2 == 0, a_s, a_b)
+    d = t + a
+    k = 2 * (m - 1)
+    limit = schedule.DIRECT_LIMIT
+    schedule.DIRECT_LIMIT = 0 if closed_form else limit
+    try:
+        pipelined, _ = ring_ends(np.zeros(m), d, k, 0.0, np.full(m, t))
+        plain, _ = ring_ends(np.zeros(m), d, k)
+    finally:
+        schedule.DIRECT_LIMIT = limit
+    assert pipelined == pytest.approx(np.full(m, k * t + (m - 1) * (a_s + a_b)), rel=1e-12)
+    assert plain == pytest.approx(np.full(m, k * (t + a_b)), rel=1e-12)
+
+
+@pytest.mark.parametrize("m", [5, 12, 33])
+def test_the_pipelined_closed_form_is_the_recurrence(m):
+    """Random starts, transfers and latencies: the closed form with holds w = t equals stepping
+    s(i, k+1) = max(s(i, k) + t_i, s(i-1, k) + t_{i-1} + a_{i-1}) (1e-12)."""
+    import sim.engine.ring_schedule as schedule
+
+    rng = np.random.default_rng(m)
+    t = rng.choice([1e-6, 2e-6, 5e-6], m)
+    a = rng.choice([0.5e-6, 4e-6, 20e-6], m)
+    start = rng.uniform(0, 3e-5, m)
+    for k in (m - 1, 2 * (m - 1), 3 * m + 1):
+        limit, schedule.DIRECT_LIMIT = schedule.DIRECT_LIMIT, 0
+        try:
+            got, _ = ring_ends(start, t + a, k, 1e-7, t)
+        finally:
+            schedule.DIRECT_LIMIT = limit
+        s = start.copy()
+        for _ in range(k):
+            s = np.maximum(s + t, np.roll(s + t + a, 1))
+        assert got == pytest.approx(s + 1e-7, rel=1e-12)
+        assert got == pytest.approx(ring_ends_direct(start, t + a, k, 1e-7, t), rel=1e-12)
+
+
+def _cluster(intra: str, inter: str, gpus: int = 8, per_node: int = 2):
+    return scenario_from_dict({"workload": {"model": "resnet50"},
+                               "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100",
+                                           "intra_link": intra, "inter_link": inter}}).cluster
+
+
+def _isolated_ring_s(cluster, spec: CommSpec, n_bytes: float, engine=Collectives) -> float:
+    """One NCCL ring allreduce of ``n_bytes`` over every rank, alone on a single switch."""
+    env = simpy.Environment()
+    net = ClusterNetwork(env, per_flow_cluster(cluster, spec))
+    coll = engine(env, net, latency=ring_latency_for(cluster, spec))
+    members = list(range(cluster.world_size))
+    ends: list[float] = []
+
+    def rank(pos: int):
+        yield from coll.ring_allreduce(members, pos, n_bytes, "bucket")
+        ends.append(env.now)
+
+    for pos in members:
+        env.process(rank(pos))
+    env.run()
+    assert len(ends) == len(members)
+    return max(ends)
+
+
+LINKS = [("nvlink2", "ib_edr"), ("nvlink2", "tcp_25gbe")]
+SIZES = {"small": 64 * KiB, "medium 1 MiB": 1 * MiB, "medium 4 MiB": 4 * MiB, "large": 256 * MiB}
+
+
+@pytest.mark.parametrize("links", LINKS)
+@pytest.mark.parametrize("size", SIZES)
+def test_isolated_nccl_ring_engines_agree_with_the_closed_form(links, size):
+    """The event engine, the periodic engine and the closed form by hand (edge i: t_i = pace x
+    chunk / its link's per-flow rate, a_i = the link's alpha + the protocol's hop latency, the base
+    latency before the first step) give the same finish to 1e-9."""
+    cluster, spec, n_bytes = _cluster(*links), CommSpec("nccl", "ring"), SIZES[size]
+    lat = ring_latency("allreduce", n_bytes, cluster, spec)
+    assert lat.pipelined and lat != PLAIN_RING
+    event = _isolated_ring_s(cluster, spec, n_bytes)
+    periodic = _isolated_ring_s(cluster, spec, n_bytes, PeriodicCollectives)
+    flow = per_flow_cluster(cluster, spec)
+    n, g = cluster.world_size, cluster.gpus_per_node
+    intra = np.arange(n) % g != g - 1
+    rate = np.where(intra, flow.intra_link.effective_Bps, flow.inter_link.effective_Bps)
+    alpha = np.where(intra, flow.intra_link.alpha_s + lat.intra_hop_s, flow.inter_link.alpha_s + lat.inter_hop_s)
+    t = lat.pace * n_bytes / n / rate
+    by_hand = lat.base_s + ring_ends_direct(np.zeros(n), t + alpha, 2 * (n - 1), 0.0, t).max()
+    assert event == pytest.approx(by_hand, rel=1e-9)
+    assert periodic == pytest.approx(by_hand, rel=1e-9)
+
+
+# measured (detailed / fast - 1), nvlink2 + ib_edr | nvlink2 + tcp_25gbe, 4 nodes x 2 V100:
+#   64 KiB LL128 -12.4 % | -16.7 %;  1 MiB LL128 -15.6 % | -22.7 %;  4 MiB -5.3 % (LL128) | -14.5 % (Simple);
+#   256 MiB Simple -0.6 % | -0.3 %
+TOLERANCE = {"small": 0.20, "medium 1 MiB": 0.25, "medium 4 MiB": 0.20, "large": 0.01}
+
+
+@pytest.mark.parametrize("links", LINKS)
+@pytest.mark.parametrize("size", SIZES)
+def test_isolated_nccl_ring_against_the_fast_path(links, size):
+    """The fast path (NCCL's tuning model: latency + bytes / bandwidth) adds every hop's latency
+    to the transfer; the detailed ring pays the same terms but overlaps what it can: a hop's
+    latency hides under the next transfers where those are longer (the max-plus path stays on
+    the slowest sender), so the detailed mode is never above the fast path (1 %) and never below
+    it by more than the latency terms L the fast path adds (NCCL's base and hop latencies, the
+    transport's per-message software latency and the link's propagation, summed along the ring):
+    fast - L <= detailed <= 1.01 fast; and within TOLERANCE of it (its comment holds the measured
+    gaps: a large bucket within 1 %)."""
+    cluster, spec, n_bytes = _cluster(*links), CommSpec("nccl", "ring"), SIZES[size]
+    fast = allreduce_cost(n_bytes, cluster, spec)
+    assert fast.algorithm == "ring" and fast.protocol == ("Simple" if size == "large" else fast.protocol)
+    detailed = _isolated_ring_s(cluster, spec, n_bytes)
+    lat = ring_latency("allreduce", n_bytes, cluster, spec)
+    assert lat.protocol == fast.protocol
+    n, nodes, intra, inter = cluster.world_size, cluster.nodes, cluster.intra_link, cluster.inter_link
+    inter_steps = 2 * nodes
+    latency_terms = (lat.base_s + (2 * (n - 1) - inter_steps) * (lat.intra_hop_s + intra.alpha_s)
+                     + inter_steps * (lat.inter_hop_s + inter.alpha_s) + inter.latency_s)
+    assert fast.time_s - latency_terms <= detailed <= fast.time_s * 1.01
+    assert detailed == pytest.approx(fast.time_s, rel=TOLERANCE[size])
+
+
+def test_the_protocol_follows_the_bucket_and_the_strategy():
+    """LL128 for a small bucket, Simple for a large one (NCCL's tuner on V100 + NVLink); NCCL_PROTO
+    (strategy.protocol) forces it; gloo and alpha-beta links add nothing and wait on delivery."""
+    cluster = _cluster("nvlink2", "ib_edr")
+    small = ring_latency("allreduce", 64 * KiB, cluster, CommSpec("nccl", "ring"))
+    large = ring_latency("allreduce", 256 * MiB, cluster, CommSpec("nccl", "ring"))
+    forced = ring_latency("allreduce", 64 * KiB, cluster, CommSpec("nccl", "ring", protocol="Simple"))
+    assert (small.protocol, large.protocol, forced.protocol) == ("LL128", "Simple", "Simple")
+    assert small.inter_hop_s == pytest.approx(4.0e-6) and small.base_s == pytest.approx(14.0e-6)
+    # Simple across nodes on Volta: tuning.cc's plateau factor 1.9 on baseLat 8.4 and hwLat 14 / 3.4
+    assert large.inter_hop_s == pytest.approx(1.9 * 14.0e-6) and large.base_s == pytest.approx(1.9 * 8.4e-6)
+    assert large.pace == 1.0 and small.pace > 1.0
+    assert ring_latency("allreduce", 64 * KiB, cluster, CommSpec("gloo", "ring")) == PLAIN_RING
+
+
+def example(fidelity: str, flow_engine: str = "auto"):
+    """``scalebench plan --model small_transformer --gpus 8 --gpus-per-node 2 --gpu v100
+    --global-batch 32 --backends nccl --collectives ring --bucket-mib 25``'s winner."""
+    return scenario_from_dict({
+        "workload": {"model": "small_transformer", "optimizer": "adam", "batch_size": 4},
+        "cluster": {"gpus": 8, "gpus_per_node": 2, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr"},
+        "strategy": {"backend": "nccl", "collective": "ring", "bucket_mib": 25, "precision": "fp16"},
+        "simulation": {"fidelity": fidelity, "flow_engine": flow_engine}})
+
+
+def test_small_buckets_on_nvlink_and_infiniband_detailed_within_ten_percent_of_fast():
+    """Two buckets of ~0.65 MB (fp16) over 4 nodes x 2 V100: before, every step paid the network's
+    Simple hop latency (+46 %); measured now -9.6 % (the LL128 hop latencies hide partly under
+    the transfers, which the fast path adds)."""
+    fast = simulate(example("fast"))
+    detailed = simulate(example("detailed"))
+    event = simulate(example("detailed", "event"))
+    assert detailed.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=0.10)
+    assert event.iteration_time_s == pytest.approx(detailed.iteration_time_s, rel=1e-9)
+    assert detailed.bytes_by_link["inter"] == pytest.approx(fast.bytes_by_link["inter"], rel=1e-9)
