@@ -337,6 +337,7 @@ class ClusterNetwork:
         self.sent_bytes: dict[int, float] = defaultdict(float)
         self.received_bytes: dict[int, float] = defaultdict(float)
         self._routes: dict[tuple[int, int], tuple[list[tuple[int, ...]], str, float]] = {}
+        self._arrivals: dict[float, list[tuple[simpy.Event, object]]] = {}
         topology = cluster.topology
         self.fabric = None
         if topology is not None and topology.fabric.kind != "single_switch":
@@ -430,11 +431,15 @@ class ClusterNetwork:
         delay_s = alpha_s + extra_alpha_s
 
         def deliver(event: simpy.Event) -> None:
-            left.succeed(event.value)
+            at = self.env.now + delay_s
+            batch = self._arrivals.get(at)
+            if batch is None:  # the first arrival at this instant: one wake-up for all
+                batch = self._arrivals[at] = []
+                self.env.timeout(delay_s).callbacks.append(lambda _t: self._arrive(at))
+            batch.append((arrived, event.value))
 
-            def arrive(_timeout: simpy.Event) -> None:
-                arrived.succeed(event.value)
+        self.flows.start(paths, n_bytes / len(paths), 0.0, left, pace).callbacks.append(deliver)
 
-            self.env.timeout(delay_s).callbacks.append(arrive)
-
-        self.flows.start(paths, n_bytes / len(paths), 0.0, self.env.event(), pace).callbacks.append(deliver)
+    def _arrive(self, at: float) -> None:
+        for event, value in self._arrivals.pop(at):
+            event.succeed(value)
