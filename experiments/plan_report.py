@@ -23,7 +23,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
-from sim.fileio import atomic_write_bytes, atomic_write_text  # noqa: E402
+from experiments.plot_style import save_figure  # noqa: E402
+from sim.fileio import atomic_write_text  # noqa: E402
 from sim.planner.explain import pareto  # noqa: E402
 from sim.planner.search import Candidate, PlanResult  # noqa: E402
 
@@ -147,16 +148,7 @@ def draw_pareto(result: PlanResult, stem: Path) -> list[Path]:
     fig.suptitle(f"plan: {req.workload.name} on {req.cluster.gpu.name}, {req.cluster.gpus_per_node}/node, "
                  f"{req.cluster.intra_link.name} + {req.cluster.inter_link.name}, {req.precision}, {batch}; "
                  f"{result.simulated:,} candidates simulated", fontsize=10)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
-def _save(fig, stem: Path) -> list[Path]:
-    written = []
-    for fmt in ("png", "svg"):
-        buf = io.BytesIO()
-        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "scalebench"}):
-            fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
-        written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
-    plt.close(fig)
-    return written
 

@@ -11,10 +11,14 @@
 
 from __future__ import annotations
 
+import io
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+from sim.fileio import atomic_write_bytes
 
 DODGE_SPAN_LOG2 = 0.2
 """Total sideways spread of the dodged series, in doublings (0.2: a fifth of the gap between ticks)."""
@@ -83,3 +87,21 @@ def legend_below(ax, ncol: int = 2, fontsize: float = 8, y: float = -0.14) -> No
     if kept:
         ax.legend(*zip(*kept, strict=True), fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, y),
                   ncol=min(ncol, len(kept)), frameon=False)
+
+
+FORMATS = ("png", "svg")
+
+
+def save_figure(fig, stem: Path) -> list[Path]:
+    """Write ``fig`` as stem.png and stem.svg (each atomically) and close it. SVG text stays text
+    (searchable, smaller); a fixed hash salt and no date make the SVG reproducible."""
+    import matplotlib.pyplot as plt
+
+    written = []
+    for fmt in FORMATS:
+        buf = io.BytesIO()
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "scalebench"}):
+            fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+        written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
+    plt.close(fig)
+    return written

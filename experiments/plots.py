@@ -15,7 +15,6 @@ Measured rows (source=real) are drawn beside the simulated ones with hollow mark
 
 from __future__ import annotations
 
-import io
 import math
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.plot_style import dodge_factors, label_ends, legend_below, log2_axis  # noqa: E402
+from experiments.plot_style import dodge_factors, label_ends, legend_below, log2_axis, save_figure  # noqa: E402
 from experiments.store import ResultDir  # noqa: E402
 from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
-from sim.fileio import atomic_write_bytes  # noqa: E402
 
-FORMATS = ("png", "svg")
 TARGET_EFFICIENCY = 0.75
 """The practitioner's target from the seeds: 4 machines doing the work of 3."""
 BREAKDOWN_PARTS = (
@@ -80,16 +77,7 @@ def _limit_series(data: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return data[data["series"].isin(kept)], f" [first {MAX_SERIES} of {len(series)} series]"
 
 
-def _save(fig, stem: Path) -> list[Path]:
-    written = []
-    for fmt in FORMATS:
-        buf = io.BytesIO()
-        # SVG text stays text (searchable, smaller); a fixed hash salt makes SVG ids reproducible
-        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "scalebench"}):
-            fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
-        written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
-    plt.close(fig)
-    return written
+
 
 
 def _gpu_axis(ax, values) -> None:
@@ -156,7 +144,7 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.grid(True, which="major", alpha=0.3)
     _dodge_note(ax, data["series"].nunique() > 1)
     label_ends(ax, ends)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
@@ -178,7 +166,7 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.grid(True, alpha=0.3)
     _dodge_note(ax, data["series"].nunique() > 1)
     label_ends(ax, ends)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def _panel_legend(axes) -> tuple[list[Any], list[str]]:
@@ -227,7 +215,7 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
     fig.suptitle(f"Scaling efficiency vs GPUs by {axis_title(panel_axis)} (weak scaling, simulated"
                  f"{DODGE_NOTE if len(lines) > 1 else ''})\n{name}: {describe_fixed(sim)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
@@ -265,7 +253,7 @@ def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     scale = "" if shared else " (each panel its own time scale)"
     fig.suptitle(f"Where one iteration's time goes (simulated){scale}{note}\n{name}: {describe_fixed(sim)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: str, stem: Path) -> list[Path]:
@@ -303,7 +291,7 @@ def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: st
                  f"{name}: {describe_fixed(at)}", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def pick_timeline_point(data: pd.DataFrame) -> str:
@@ -346,7 +334,7 @@ def plot_timeline(store: ResultDir, pid: str, name: str, stem: Path, calibration
                  f"{row.get('inter_link', '')} between nodes, {row.get('collective', '')} (point {pid})", fontsize=10)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=5, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def plot_results(result_dir: str | Path, timeline_point: str | None = None) -> list[Path]:

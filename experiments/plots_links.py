@@ -8,7 +8,6 @@ of each tier is named in its panel.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sim.fileio import atomic_write_bytes  # noqa: E402
+from experiments.plot_style import save_figure  # noqa: E402
 from sim.result import LinkStat  # noqa: E402
 
 TIER_ORDER = ("gpu", "nic", "core", "leaf-spine", "rail-spine", "spine-core")
@@ -55,11 +54,4 @@ def plot_link_utilisation(links: Sequence[LinkStat], iteration_s: float, title: 
     axes[-1, 0].set_xlabel("links of the tier, busiest first")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    written = []
-    for fmt in ("png", "svg"):
-        buf = io.BytesIO()
-        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "scalebench"}):
-            fig.savefig(buf, format=fmt, dpi=110, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
-        written.append(atomic_write_bytes(stem.with_suffix(f".{fmt}"), buf.getvalue()))
-    plt.close(fig)
-    return written
+    return save_figure(fig, stem)

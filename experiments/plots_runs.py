@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from experiments.plots import MARKERS, _colors, _panel_legend, _save, describe_fixed, plt
+from experiments.plot_style import save_figure
+from experiments.plots import MARKERS, _colors, _panel_legend, describe_fixed, plt
 from experiments.tables import axis_title, with_none_labels
 
 
@@ -104,7 +105,7 @@ def plot_run_metric(df: pd.DataFrame, axes_order: list[str], name: str, stem: Pa
     fig.suptitle(f"{title}\n{name}: {describe_fixed(df)}, {int(df['iterations'].iloc[0])} iterations per point",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.035 * rows, 1, 1))
-    return _save(fig, stem)
+    return save_figure(fig, stem)
 
 
 def plot_run_results(df: pd.DataFrame, meta: dict[str, Any], out: Path) -> list[Path]:

@@ -10,7 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from experiments.plots import _save, plt
+from experiments.plot_style import save_figure
+from experiments.plots import plt
 from sim.errors import ConfigError
 
 CATEGORIES = (  # (label, color, hatch, test on the span's name)
@@ -89,4 +90,4 @@ def plot_timelines(paths: list[str | Path], stem: Path) -> list[Path]:
     fig.legend([seen[label] for label in order], order, loc="lower center", ncol=min(4, len(order)), fontsize=8,
                bbox_to_anchor=(0.5, -0.02), frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    return _save(fig, stem)
+    return save_figure(fig, stem)

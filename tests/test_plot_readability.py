@@ -43,7 +43,7 @@ def captured(monkeypatch):
         figures.append(fig)
         return []
 
-    monkeypatch.setattr(plots, "_save", keep)
+    monkeypatch.setattr(plots, "save_figure", keep)
     yield figures
     for fig in figures:
         plt.close(fig)
