@@ -56,6 +56,18 @@ def test_csv_has_the_documented_columns(capsys):
     assert rows[0]["world_size"] == "16" and rows[0]["source"] == "sim"
 
 
+def test_simulate_without_a_collective_lets_the_library_choose(capsys):
+    """No --collective: the strategy's default, NCCL's tuner (auto), not a forced flat ring: at
+    16,384 GPUs over HDR the library's choice beats the ring that scalebench once defaulted to."""
+    args = ["simulate", "--gpus", "16384", "--inter-link", "ib_hdr", "--format", "csv"]
+    assert main(args) == 0
+    auto = next(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert main([*args, "--collective", "ring"]) == 0
+    ring = next(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert auto["collective"] == "auto" and ring["collective"] == "ring"
+    assert float(auto["iteration_time_s"]) < float(ring["iteration_time_s"])
+
+
 def test_trace_is_chrome_trace_event_format(tmp_path, capsys):
     trace = tmp_path / "t.json"
     assert main(["simulate", "--model", "mlp", "--gpus", "4", "--gpus-per-node", "4", "--trace", str(trace)]) == 0

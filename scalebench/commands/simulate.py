@@ -15,8 +15,9 @@ DEFAULT_SCENARIO = {
     "name": "resnet50-32xv100-ib_edr",
     "workload": {"model": "resnet50"},
     "cluster": {"gpus": 32, "gpus_per_node": 8, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr"},
-    "strategy": {"collective": "ring"},
 }
+"""Without a config: ResNet-50 on 32 V100s over EDR; the strategy's defaults (the library picks
+the algorithm: NCCL's tuner on GPUs)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
