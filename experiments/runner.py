@@ -252,7 +252,7 @@ def run_experiment(
                    **axis_columns(point.axes), **columns, **stamp}
             try:
                 store.write_point(pid, row, point.spec)
-            except KeyboardInterrupt:  # Ctrl-C landed mid-write (atomic: nothing was left): write it, then stop
+            except KeyboardInterrupt:  # Ctrl-C: held until a write is in place (sim.fileio); it may have come before, so write, then stop
                 store.write_point(pid, row, point.spec)
                 ours.add(pid)
                 raise
