@@ -6,7 +6,9 @@ once its own work is done, waits for the holder's ``points/<id>.json``; a lock w
 is gone (same host, no process with that pid and start time) is stale and taken over, so a run
 killed outright never blocks the next one. Two concurrent ``scalebench run``s into one directory
 therefore compute each point once and both end with the full table. Locks are removed when the
-point is written, on every exit, and by the reaper after SIGKILL (real/lifecycle.py).
+point is written, on every exit, and by the reaper after SIGKILL (real/lifecycle.py), which also
+removes the temporary file of a point that was being written (``.<id>.json.*.tmp``, sim.fileio);
+without the reaper (no [real] extra) the next run that takes the point removes it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ class PointLocks:
     def path(self, pid: str) -> Path:
         return self.dir / f"{pid}{SUFFIX}"
 
+    def temp_files(self, pid: str) -> str:
+        """The glob of the point's temporary files while it is written (sim.fileio's names)."""
+        return str(self.dir / f".{pid}.json.*.tmp")
+
     def owner(self, pid: str) -> str | None:
         """The lock's text ("pid start host"), or None when the point is not locked."""
         try:
@@ -80,6 +86,10 @@ class PointLocks:
                 fh.write(self.me + "\n")
             self.mine.add(pid)
             _hold("file", str(self.path(pid)))
+            _hold("glob", self.temp_files(pid))
+            for leftover in self.dir.glob(Path(self.temp_files(pid)).name):  # a run killed mid-write
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
             return True
         return False
 
@@ -102,6 +112,7 @@ class PointLocks:
             with contextlib.suppress(OSError):
                 self.path(pid).unlink()
             _hold("file", str(self.path(pid)), release=True)
+            _hold("glob", self.temp_files(pid), release=True)
 
     def release_all(self) -> None:
         for pid in list(self.mine):

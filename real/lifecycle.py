@@ -18,6 +18,7 @@ parent killed outright (SIGKILL) cannot clean up is cleaned up by a reaper.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -133,8 +134,8 @@ def start_time(pid: int) -> str | None:
 
 class Reaper:
     """The command's reaper (one per process, started on first use). ``hold`` and ``release``
-    register and unregister a resource: ("pgid", pid), ("dir", path), ("file", path) or
-    ("netns", name)."""
+    register and unregister a resource: ("pgid", pid), ("dir", path), ("file", path), ("glob",
+    pattern: every file it matches) or ("netns", name)."""
 
     _instance: Reaper | None = None
     _lock = threading.Lock()
@@ -201,6 +202,10 @@ def clean_up(held: dict[tuple[str, str], str | None]) -> None:
         elif kind == "file":
             with contextlib.suppress(OSError):
                 os.unlink(value)
+        elif kind == "glob":
+            for path in glob.glob(value):
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
 
 def _serve(stream: IO[bytes]) -> None:

@@ -232,6 +232,27 @@ def test_a_stale_lock_is_taken_over_and_a_live_one_respected(tmp_path):
     assert not (tmp_path / "a.lock").exists()
 
 
+def test_a_half_written_point_of_a_killed_run_is_removed(tmp_path):
+    """A run killed outright while writing a point leaves ``.<id>.json.*.tmp``: the reaper removes
+    what the point's lock registered (clean_up on its pattern), and without a reaper the next run
+    that takes the point does; other points' files are left alone."""
+    from experiments.point_locks import PointLocks
+    from real.lifecycle import clean_up
+
+    half = tmp_path / ".p1.json.ab12cd.tmp"
+    other = tmp_path / ".p2.json.ef34gh.tmp"
+    for f in (half, other):
+        f.write_text('{"row": ')
+    clean_up({("glob", PointLocks(tmp_path).temp_files("p1")): None})
+    assert not half.exists() and other.exists()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (tmp_path / "p2.lock").write_text(f"{dead.pid} 12345 {os.uname().nodename}\n")  # its run is gone
+    locks = PointLocks(tmp_path)
+    assert locks.acquire("p2") and not other.exists()
+    locks.release_all()
+
+
 def test_the_reaper_cleans_up_after_a_process_killed_outright(tmp_path):
     """A process holds a directory and a process group with its reaper, then dies by SIGKILL:
     the reaper removes the one and kills the other."""
