@@ -126,8 +126,9 @@ def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> Rin
     from sim.costs.backends import nccl
 
     _, proto = nccl.choose(op, n_bytes, group, spec.options("ring"))
-    base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group)
-    f = nccl.latency_factor("ring", proto, op, n_bytes, group, nccl.ring_graph(group)) * 1e-6
+    graph = nccl.ring_graph(group)
+    base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group, graph)
+    f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph) * 1e-6
     return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto,
                        nccl.ring_pace_factor(op, proto, n_bytes, group))
 

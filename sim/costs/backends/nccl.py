@@ -186,11 +186,11 @@ def _nccl_steps(op: str, n: int) -> int:
     return n
 
 
-def ring_hop_latencies_us(proto: str, group: Cluster) -> tuple[float, float, float]:
+def ring_hop_latencies_us(proto: str, group: Cluster, graph: Graph) -> tuple[float, float, float]:
     """tuning.cc's latency terms of a ring under ``proto``: (baseLat once per collective, hwLat of
-    a step over an intra-node edge, of a step over the network), the intra-node step floored at
-    getNetOverhead (tripled for Simple) when the ring spans nodes."""
-    intra_lat = T.HW_LAT_US["nvlink" if group.intra_link.kind == "nvlink" else "pci"]["ring"][proto]
+    a step over an intra-node edge of ``graph``'s class, of a step over the network), the
+    intra-node step floored at getNetOverhead (tripled for Simple) when the ring spans nodes."""
+    intra_lat = T.HW_LAT_US[graph.intra_hw]["ring"][proto]
     if group.nodes > 1:
         intra_lat = max(intra_lat, T.NET_OVERHEAD_US_INTEL * (3 if proto == "Simple" else 1))
     return T.BASE_LAT_US["ring"][proto], intra_lat, T.HW_LAT_US["net"]["ring"][proto]
@@ -219,7 +219,7 @@ def _latency_us(algo: str, proto: str, op: str, group: Cluster, graph: Graph) ->
             step_lat = T.HW_LAT_US[hw]["tree" if proto == "Simple" else "ring"][proto]
             return lat + nsteps * step_lat
         inter_steps = (2 * nodes if nodes > 1 else 0) if op == "allreduce" else nodes - 1
-        lat, intra_lat, inter_lat = ring_hop_latencies_us(proto, group)
+        lat, intra_lat, inter_lat = ring_hop_latencies_us(proto, group, graph)
         return lat + (nsteps - inter_steps) * intra_lat + inter_steps * inter_lat
     if algo == "tree":
         return lat + 2 * ((n // nodes - 1) * intra_lat + math.floor(math.log2(nodes)) * inter_lat)
