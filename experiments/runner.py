@@ -201,6 +201,10 @@ def run_experiment(
 
         measure = load_measure()
     store.write_meta(experiment, order, skipped)
+    # The points' files as they are now, taken before this run decides what it has to compute: a point
+    # another run sharing the directory writes after this instant differs from it, whatever this run
+    # is doing then (a snapshot taken later missed a point written in between, computed it twice).
+    before_all = {pid: _mtime(store.point_path(pid)) for pid in order}
     finished = store.finished_ids()
     stale = len(finished - set(order))
     if stale:
@@ -226,7 +230,7 @@ def run_experiment(
     locks = PointLocks(store.points_dir)
     ours: set[str] = set()
     refused: list[Skipped] = []
-    before = {pid: _mtime(store.point_path(pid)) for pid in todo}  # --force, or unreadable: files to replace
+    before = {pid: before_all[pid] for pid in todo}  # --force, or unreadable: files to replace
 
     def written_meanwhile(pid: str) -> bool:
         """Another run sharing the directory wrote the point since this run started."""

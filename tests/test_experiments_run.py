@@ -196,3 +196,24 @@ def test_points_of_an_earlier_config_stay_out_of_the_csv(tmp_path):
     assert (summary.reused, summary.computed, summary.rows) == (2, 0, 2)
     assert len(pd.read_csv(out / "results.csv")) == 2
     assert any("8 finished points" in m for m in messages)
+
+
+def test_a_point_another_run_writes_while_this_one_starts_is_not_computed_again(tmp_path, monkeypatch):
+    """CI caught two runs into one directory computing a point twice: the other run wrote it after this
+    run listed the finished points but before it noted the files it would replace, so the write looked
+    like this run's own starting state. The other run's write is driven into that window here."""
+    out = tmp_path / "mini"
+    first = run(experiment(), out)
+    store = ResultDir(out)
+    victim = sorted(store.finished_ids())[0]
+    saved = store.read_point(victim)
+    store.point_path(victim).unlink()
+    real_provenance = experiments.runner.provenance
+
+    def other_run_writes_the_point():
+        store.write_point(victim, saved["row"], saved["spec"])  # between the listing and the run's work
+        return real_provenance()
+
+    monkeypatch.setattr(experiments.runner, "provenance", other_run_writes_the_point)
+    again = run(experiment(), out)
+    assert (again.computed, again.by_others, again.reused) == (0, 1, first.rows - 1)
