@@ -87,6 +87,9 @@ class Link:
     tcp_window_bytes: float | None = None
     """Largest TCP window a stream on this link reaches (socket buffer limits); None: the
     transport's default (sim.costs.transports.LINUX_TCP)."""
+    tcp_stream_Bps: float | None = None
+    """What one TCP stream's kernel copies reach on the hosts (one core sends it, one receives it);
+    None: the transport's default (sim.costs.transports.LINUX_TCP.stream_copy_Bps, measured)."""
     nic_vendor: str | None = None
     """The NIC's maker where a library tunes itself to it (NCCL's socket transport opens 16
     streams on AWS ENA, 4 on Google's gVNIC): NIC_VENDORS, or None."""
@@ -112,7 +115,7 @@ _GPU_KEYS = (
 )
 _LINK_KEYS = (
     "kind", "bandwidth_Gbps", "bandwidth_GBps", "latency_us", "software_latency_us",
-    "efficiency", "mtu_bytes", "per_flow_Gbps", "tcp_window_MiB", "nic_vendor", "base", "tc", "source",
+    "efficiency", "mtu_bytes", "per_flow_Gbps", "tcp_window_MiB", "tcp_stream_Gbps", "nic_vendor", "base", "tc", "source",
 )
 _TC_KEYS = ("rate_Gbps", "delay_ms")
 
@@ -215,6 +218,8 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
                 if "per_flow_Gbps" in spec else (base.per_flow_bandwidth_Bps if base else None))
     window = (require_positive(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"]) * 2**20
               if "tcp_window_MiB" in spec else (base.tcp_window_bytes if base else None))
+    stream = (gbit_per_s_to_Bps(require_positive(f"{here}.tcp_stream_Gbps", spec["tcp_stream_Gbps"]))
+              if "tcp_stream_Gbps" in spec else (base.tcp_stream_Bps if base else None))
     nic_vendor = spec.get("nic_vendor", base.nic_vendor if base else None)
     if nic_vendor is not None and nic_vendor not in NIC_VENDORS:
         raise ConfigError(f"{here}.nic_vendor", nic_vendor, NIC_VENDORS)
@@ -245,6 +250,7 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
         mtu_bytes=mtu,
         per_flow_bandwidth_Bps=per_flow,
         tcp_window_bytes=window,
+        tcp_stream_Bps=stream,
         nic_vendor=nic_vendor,
         shaped=shaped,
         source=str(spec.get("source", base.source if base else "")),

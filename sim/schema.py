@@ -108,6 +108,7 @@ def field_types() -> dict[str, Any]:
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
         "link.latency_us": NUM_NONNEG, "link.software_latency_us": NUM_NONNEG, "link.efficiency": FRACTION,
         "link.mtu_bytes": {"type": "integer", "minimum": 53}, "link.per_flow_Gbps": NUM_POS, "link.tcp_window_MiB": NUM_POS,
+        "link.tcp_stream_Gbps": NUM_POS,
         "link.nic_vendor": _enum(NIC_VENDORS), "link.base": {"type": "string", "examples": sorted(catalog.links)},
         "link.tc": {"type": "object", "additionalProperties": False, "minProperties": 1,
                     "properties": {"rate_Gbps": NUM_POS, "delay_ms": NUM_NONNEG}},

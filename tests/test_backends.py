@@ -146,7 +146,7 @@ def test_more_bytes_never_take_less_time_with_the_algorithm_fixed(backend, op, l
 
 
 def test_mpich_thresholds_can_make_the_librarys_choice_non_monotonic():
-    g = group(2, 4, gpu="v100", intra="nvlink2", inter="tcp_25gbe")
+    g = group(2, 4, gpu="v100", intra="nvlink2", inter="tcp_10gbe")
     below = comm_cost("mpi", "allgather", 2**18, g)
     above = comm_cost("mpi", "allgather", 2**19, g)
     assert (below.algorithm, above.algorithm) == ("recursive_doubling", "ring")

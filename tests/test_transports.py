@@ -47,6 +47,46 @@ def test_a_stream_is_capped_by_window_over_rtt_and_by_the_per_flow_limit():
     assert connection_Bps(wan, 1000) == pytest.approx(wan.effective_Bps)
 
 
+def test_a_stream_is_bound_to_one_cores_copy_rate_however_fast_the_line():
+    """One TCP stream moves at most what one core copies through the kernel (20 Gbit/s measured
+    here, TcpDefaults.stream_copy_Bps): a 10 GbE stream fills its line, a 100 GbE stream does not,
+    and a connection needs ceil(line / copy rate) streams to fill a 100 GbE line; a link's
+    tcp_stream_Gbps replaces the figure; RDMA has no such cap."""
+    copy = LINUX_TCP.stream_copy_Bps
+    assert copy == pytest.approx(20e9 / 8)
+    ten, hundred = CAT.links["tcp_10gbe"], CAT.links["tcp_100gbe"]
+    assert tcp_stream_Bps(ten) == pytest.approx(ten.effective_Bps)
+    assert tcp_stream_Bps(hundred) == pytest.approx(copy)
+    assert connection_Bps(hundred, 2) == pytest.approx(2 * copy)
+    assert connection_Bps(hundred, 5) == pytest.approx(hundred.effective_Bps)  # 5 x 20 > 94.1 Gbit/s
+    host = link_from_dict("fast_host", {"base": "tcp_100gbe", "tcp_stream_Gbps": 40}, links=CAT.links)
+    assert tcp_stream_Bps(host) == pytest.approx(40e9 / 8)
+    assert link_from_dict("x", {"base": "fast_host"}, links={**CAT.links, "fast_host": host}).tcp_stream_Bps == host.tcp_stream_Bps
+    assert connection_Bps(CAT.links["roce_100g"], 1) == pytest.approx(CAT.links["roce_100g"].effective_Bps)
+    with pytest.raises(ConfigError, match="tcp_stream_Gbps"):
+        link_from_dict("bad", {"base": "tcp_100gbe", "tcp_stream_Gbps": 0}, links=CAT.links)
+
+
+def test_nccl_over_100gbe_tcp_gets_a_core_per_channel_and_gloo_one():
+    """NCCL opens one socket per channel and connection on a generic NIC: its ring over 100 GbE
+    TCP moves runtime channels x the copy rate (2 x 20 Gbit/s on 8 A100 per node); gloo's single
+    stream per neighbour moves one core's rate; both far below RDMA at the same line rate."""
+    from sim.cluster import cluster_from_dict
+    from sim.costs.backends import nccl
+    from sim.costs.backends.common import ring_rate_Bps
+
+    def cluster(inter):
+        return cluster_from_dict({"nodes": 4, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3",
+                                  "inter_link": inter}, CAT)
+
+    tcp = cluster("tcp_100gbe")
+    channels = nccl.ring_graph(tcp).runtime_channels
+    assert ring_rate_Bps(tcp, channels) == pytest.approx(min(channels * LINUX_TCP.stream_copy_Bps,
+                                                               tcp.inter_link.effective_Bps))
+    assert ring_rate_Bps(tcp, 1) == pytest.approx(LINUX_TCP.stream_copy_Bps)
+    assert ring_rate_Bps(cluster("roce_100g"), channels) > 2 * ring_rate_Bps(tcp, 1)
+
+
 def test_slow_start_closed_form_doubles_the_window_every_round_trip():
     # window 10 KB -> 20 -> 40 -> 80 KB covers rate x RTT = 100 KB/s x 1 s? use round numbers:
     rtt, rate, iw = 0.1, 1e6, 10e3  # full window = 100 KB: rounds of 10, 20, 40, 80 KB (4 rounds, 150 KB)

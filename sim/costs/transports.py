@@ -4,7 +4,8 @@ A link (``sim.catalog.Link``) is hardware: a line rate, a one-way latency, an MT
 is the software that moves a collective library's bytes over it, and it decides more than a
 slower line rate does (DESIGN.md 'Transports'):
 - tcp: a stream moves at most min(line rate x payload efficiency, the network's per-flow cap,
-  window / RTT) (Mathis et al. 1997's window bound; the window is capped by the socket buffers),
+  window / RTT, what one core copies through the kernel) (Mathis et al. 1997's window bound; the
+  window is capped by the socket buffers; the copy rate measured here, TcpDefaults),
   and after an idle spell longer than the retransmission timeout it starts again from the
   initial window and doubles it every round trip (slow start, RFC 5681 sec. 4.1, RFC 2861;
   Linux ``net.ipv4.tcp_slow_start_after_idle = 1``). A library opens its own number of streams
@@ -41,6 +42,13 @@ class TcpDefaults:
     min_rto_s: float = 0.2
     """Smallest retransmission timeout (include/net/tcp.h TCP_RTO_MIN = HZ/5): a stream idle for
     longer than its RTO restarts from the initial window."""
+    stream_copy_Bps: float = 20e9 / 8
+    """What one stream moves when one thread sends it and one receives it: the kernel copies every
+    byte into and out of the socket on those threads' cores (plus each segment's softirq work), so
+    a stream is bound to one core's rate however fast the line. Our measurement
+    (scripts/measure_tcp_stream.py, AMD EPYC VM core, Linux, 2026-11-26): 19.7 and 20.3 Gbit/s at
+    MTU 1500 in a network namespace (medians of 7 and 5 runs of 2 GiB), 23.0-23.9 at loopback's
+    MTU 65536. A link's ``tcp_stream_Gbps`` replaces it for faster or slower hosts."""
 
 
 LINUX_TCP = TcpDefaults()
@@ -63,9 +71,16 @@ def tcp_window_bytes(link: Link) -> float:
     return link.tcp_window_bytes if link.tcp_window_bytes is not None else LINUX_TCP.window_bytes
 
 
+def tcp_stream_copy_Bps(link: Link) -> float:
+    return link.tcp_stream_Bps if link.tcp_stream_Bps is not None else LINUX_TCP.stream_copy_Bps
+
+
 def tcp_stream_Bps(link: Link) -> float:
-    """One TCP stream: min(line x payload efficiency, per-flow cap, window / RTT)."""
-    rate = link.effective_Bps
+    """One TCP stream: min(line x payload efficiency, per-flow cap, window / RTT, one core's copy
+    rate). NCCL's socket transport without helper threads (any NIC but AWS's and Google's) drives
+    its sockets from the GPU's proxy thread, so channels leaving through one GPU share its core:
+    a stream per core here is the upper bound of that."""
+    rate = min(link.effective_Bps, tcp_stream_copy_Bps(link))
     if link.per_flow_bandwidth_Bps is not None:
         rate = min(rate, link.per_flow_bandwidth_Bps)
     rtt = rtt_s(link)
