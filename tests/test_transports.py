@@ -67,24 +67,45 @@ def test_a_stream_is_bound_to_one_cores_copy_rate_however_fast_the_line():
         link_from_dict("bad", {"base": "tcp_100gbe", "tcp_stream_Gbps": 0}, links=CAT.links)
 
 
-def test_nccl_over_100gbe_tcp_gets_a_core_per_channel_and_gloo_one():
-    """NCCL opens one socket per channel and connection on a generic NIC: its ring over 100 GbE
-    TCP moves runtime channels x the copy rate (2 x 20 Gbit/s on 8 A100 per node); gloo's single
-    stream per neighbour moves one core's rate; both far below RDMA at the same line rate."""
+def test_nccl_sockets_are_copied_by_the_proxy_thread_unless_the_nic_brings_helpers():
+    """NCCL's socket transport spawns no helper threads on a generic NIC (net_socket.cc: autoNt 0,
+    'progress request using main thread'): the GPU's proxy thread copies its connections, and a
+    ring's runtime channels duplicate the search's rings, so they leave each node from the same
+    GPUs: graph.channels cores. Over 100 GbE TCP that is one core (20 Gbit/s), over 25 GbE 20 of
+    its 23.5 Gbit/s payload; AWS ENA brings 2 helper threads per connection and GCP's gVNIC 4
+    (cores enough here); p2p's two channels to a peer share one proxy; gloo's one stream per
+    neighbour has its own thread; RDMA copies nothing."""
     from sim.cluster import cluster_from_dict
-    from sim.costs.backends import nccl
+    from sim.costs.backends import CommOptions, nccl
     from sim.costs.backends.common import ring_rate_Bps
 
-    def cluster(inter):
-        return cluster_from_dict({"nodes": 4, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3",
+    def cluster(inter, nodes=4, per_node=8, gpu="a100", intra="nvlink3"):
+        return cluster_from_dict({"nodes": nodes, "gpus_per_node": per_node, "gpu": gpu, "intra_link": intra,
                                   "inter_link": inter}, CAT)
 
+    copy = LINUX_TCP.stream_copy_Bps
     tcp = cluster("tcp_100gbe")
-    channels = nccl.ring_graph(tcp).runtime_channels
-    assert ring_rate_Bps(tcp, channels) == pytest.approx(min(channels * LINUX_TCP.stream_copy_Bps,
-                                                               tcp.inter_link.effective_Bps))
-    assert ring_rate_Bps(tcp, 1) == pytest.approx(LINUX_TCP.stream_copy_Bps)
-    assert ring_rate_Bps(cluster("roce_100g"), channels) > 2 * ring_rate_Bps(tcp, 1)
+    graph = nccl.ring_graph(tcp)
+    assert (graph.channels, graph.runtime_channels) == (1, 2)
+    assert nccl.ring_socket_threads(tcp, graph) == 1
+    streams = graph.runtime_channels * nccl.sockets_per_connection(tcp.inter_link)
+    assert ring_rate_Bps(tcp, streams) == pytest.approx(2 * copy)  # a thread per stream: 40 Gbit/s
+    assert ring_rate_Bps(tcp, streams, nccl.ring_socket_threads(tcp, graph)) == pytest.approx(copy)
+    busbw = 1e9 * nccl._hardware_busbw_GBps("allreduce", "ring", "Simple", tcp, graph, streams)
+    assert busbw == pytest.approx(copy)
+    p25 = cluster("tcp_25gbe", per_node=4, gpu="p100_pcie", intra="pcie3")
+    g25 = nccl.ring_graph(p25)
+    assert 1e9 * nccl._hardware_busbw_GBps("allreduce", "ring", "Simple", p25, g25, g25.runtime_channels) \
+        == pytest.approx(copy)
+    assert copy < p25.inter_link.effective_Bps
+    aws = link_from_dict("aws_100g", {"base": "tcp_100gbe", "nic_vendor": "aws"}, links=CAT.links)
+    assert nccl.socket_threads(aws, 2, 1) == 4 and nccl.socket_threads(tcp.inter_link, 2, 1) == 1
+    assert nccl.socket_threads(CAT.links["roce_100g"], 2, 1) is None
+    big = 256 * 2**20
+    p2p = nccl.BACKEND.ops["sendrecv"](big, cluster("tcp_100gbe", nodes=2, per_node=1), CommOptions())
+    assert big / p2p.time_s == pytest.approx(copy, rel=0.02)  # two channels, one proxy thread
+    roce = cluster("roce_100g")
+    assert ring_rate_Bps(roce, 2, nccl.ring_socket_threads(roce, nccl.ring_graph(roce))) > 4 * copy
 
 
 def test_slow_start_closed_form_doubles_the_window_every_round_trip():

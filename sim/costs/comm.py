@@ -16,6 +16,7 @@ Reductions a strategy can ask for (``strategy.collective``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from sim.cluster import Cluster
@@ -157,16 +158,19 @@ def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
     if end_to_end(group):
         return group
 
-    def twin(link: Link, streams: int) -> Link:
-        rate = connection_Bps(link, streams)
+    def twin(link: Link, streams: int, threads: int | None = None) -> Link:
+        rate = connection_Bps(link, streams, threads)
         return Link(name=f"{link.name}@{spec.backend}", kind="custom", bandwidth_Bps=rate, latency_s=link.latency_s,
                     software_latency_s=link.software_latency_s, efficiency=1.0,
                     source=f"{link.name} as {spec.backend} sees it per flow (sim.costs.comm.per_flow_cluster)")
 
-    streams = 1
+    streams, threads = 1, None
     if spec.backend == "nccl" and group.nodes > 1:
-        from sim.costs.backends.nccl import ring_graph, sockets_per_connection
+        from sim.costs.backends.nccl import ring_graph, ring_socket_threads, sockets_per_connection
 
-        streams = ring_graph(group).runtime_channels * sockets_per_connection(group.inter_link)
+        graph = ring_graph(group)
+        streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
+        per_node = ring_socket_threads(group, graph)
+        threads = None if per_node is None else max(1, math.ceil(per_node / group.nics_per_node))
     return replace(group, intra_link=twin(group.intra_link, 1),
-                   inter_link=twin(group.inter_link, max(1, streams // group.nics_per_node)))
+                   inter_link=twin(group.inter_link, max(1, streams // group.nics_per_node), threads))

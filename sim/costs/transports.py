@@ -168,13 +168,19 @@ def transport_of(link: Link) -> Transport:
     return TRANSPORTS[link.kind]
 
 
-def connection_Bps(link: Link, streams: int) -> float:
-    """A connection of ``streams`` parallel streams: min(line x efficiency, streams x one stream)."""
-    return min(link.effective_Bps, max(1, streams) * transport_of(link).stream_Bps(link))
+def connection_Bps(link: Link, streams: int, threads: int | None = None) -> float:
+    """A connection of ``streams`` parallel streams: min(line x efficiency, streams x one stream),
+    and, where ``threads`` (fewer than the streams) copy all of them through the kernel, at most
+    threads x one core's copy rate (host-staged transports only: sockets)."""
+    rate = min(link.effective_Bps, max(1, streams) * transport_of(link).stream_Bps(link))
+    if threads is not None and transport_of(link).host_staged:
+        rate = min(rate, max(1, threads) * tcp_stream_copy_Bps(link))
+    return rate
 
 
-def cold_start_s(link: Link, bytes_per_connection: float, streams: int, idle_s: float) -> float:
+def cold_start_s(link: Link, bytes_per_connection: float, streams: int, idle_s: float,
+                 threads: int | None = None) -> float:
     """Ramp-up of a connection whose ``streams`` share ``bytes_per_connection`` equally."""
     streams = max(1, streams)
-    rate = connection_Bps(link, streams) / streams
+    rate = connection_Bps(link, streams, threads) / streams
     return transport_of(link).cold_start_s(link, bytes_per_connection / streams, rate, idle_s)

@@ -82,15 +82,17 @@ def zero_cost(algorithm: str = "none") -> CommCost:
 
 # -- the ring over a cluster ---------------------------------------------------------------
 
-def inter_node_Bps(group: Cluster, streams_per_node: int) -> float:
+def inter_node_Bps(group: Cluster, streams_per_node: int, threads_per_node: int | None = None) -> float:
     """What one node can send to other nodes: its NICs, each carrying ``streams_per_node /
-    nics`` streams, shared by the core's oversubscription."""
+    nics`` streams (copied by ``threads_per_node / nics`` threads where fewer threads than
+    streams do the copying), shared by the core's oversubscription."""
     nics = group.nics_per_node
-    per_nic = connection_Bps(group.inter_link, max(1, math.ceil(streams_per_node / nics)))
+    threads = None if threads_per_node is None else max(1, math.ceil(threads_per_node / nics))
+    per_nic = connection_Bps(group.inter_link, max(1, math.ceil(streams_per_node / nics)), threads)
     return nics * per_nic / group.oversubscription
 
 
-def ring_rate_Bps(group: Cluster, inter_streams_per_node: int) -> float:
+def ring_rate_Bps(group: Cluster, inter_streams_per_node: int, inter_threads_per_node: int | None = None) -> float:
     """Rate at which every rank of a node-major ring sends: the slowest edge. Inside a node a
     rank sends to its neighbour over its own intra-node port; one edge leaves each node, over
     the node's NICs (the ring's flows, channels included, spread over them)."""
@@ -98,7 +100,7 @@ def ring_rate_Bps(group: Cluster, inter_streams_per_node: int) -> float:
     if group.gpus_per_node > 1:
         rates.append(connection_Bps(group.intra_link, 1))
     if group.nodes > 1:
-        rates.append(inter_node_Bps(group, inter_streams_per_node))
+        rates.append(inter_node_Bps(group, inter_streams_per_node, inter_threads_per_node))
     return min(rates) if rates else float("inf")
 
 
@@ -163,7 +165,8 @@ def alltoall_bytes_by_link(n_bytes: float, group: Cluster) -> dict[str, float]:
     return {"intra": n * n_bytes * (g - 1) / n, "inter": n * n_bytes * (n - g) / n}
 
 
-def alltoall_s(n_bytes: float, group: Cluster, inter_streams_per_node: int, alpha_s: float) -> float:
+def alltoall_s(n_bytes: float, group: Cluster, inter_streams_per_node: int, alpha_s: float,
+               inter_threads_per_node: int | None = None) -> float:
     """Every rank sends n_bytes / n to each peer at once: the slower of its intra-node port
     (g-1 chunks) and its share of the node's NICs (g ranks x (n-g) chunks each), plus one alpha
     per round of posted messages (the library posts them all together)."""
@@ -175,5 +178,6 @@ def alltoall_s(n_bytes: float, group: Cluster, inter_streams_per_node: int, alph
     if g > 1:
         times.append((g - 1) * chunk / connection_Bps(group.intra_link, 1))
     if group.nodes > 1:
-        times.append(g * (n - g) * chunk / inter_node_Bps(group, inter_streams_per_node) + group.inter_link.latency_s)
+        times.append(g * (n - g) * chunk / inter_node_Bps(group, inter_streams_per_node, inter_threads_per_node)
+                     + group.inter_link.latency_s)
     return alpha_s + max(times)

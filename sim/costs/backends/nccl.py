@@ -54,6 +54,11 @@ SOCKETS_BY_NIC_VENDOR = {"aws": 16, "gcp": 4}
 """NCCL's socket transport auto-detects the NIC vendor (src/transport/net_socket.cc,
 ncclNetSocketGetNsockNthread): AWS ENA (PCI vendor 0x1d0f) 2 threads x 8 sockets, Google's gVNIC
 (0x1ae0) 4 x 1; any other NIC one socket per connection."""
+SOCKET_THREADS_BY_NIC_VENDOR = {"aws": 2, "gcp": 4}
+"""Helper threads per connection (the same function): AWS 2, GCP 4. Any other NIC: none
+('autoNt=0 ... By default, we only use the main thread and do not spawn extra threads'), so the
+connection's one socket is progressed by ncclNetSocketTest, which the GPU's proxy thread calls
+('progress request using main thread'): every connection of that GPU shares its core."""
 P2P_CHANNELS_PER_NET_PEER = 2
 """NCCL_NCHANNELS_PER_NET_PEER, default 2 (NCCL docs, 'Environment Variables')."""
 
@@ -63,6 +68,23 @@ def sockets_per_connection(link: Link) -> int:
     if link.kind != "tcp":
         return 1
     return SOCKETS_BY_NIC_VENDOR.get(link.nic_vendor or "", 1)
+
+
+def socket_threads(link: Link, connections: int, proxies: int) -> int | None:
+    """Threads that copy ``connections`` NCCL socket connections through the kernel: the NIC's
+    helper threads per connection, or else the proxy threads of the ``proxies`` GPUs they leave
+    from (one each); None for verbs (no copies)."""
+    if link.kind != "tcp":
+        return None
+    helpers = SOCKET_THREADS_BY_NIC_VENDOR.get(link.nic_vendor or "")
+    return connections * helpers if helpers else max(1, proxies)
+
+
+def ring_socket_threads(group: Cluster, graph: Graph) -> int | None:
+    """A ring's network copies per node: its runtime channels are the search's rings twice over
+    (ncclTopoPostset duplicates them), so a duplicate leaves each node from the same GPU as its
+    original and shares that GPU's proxy thread: graph.channels proxies."""
+    return socket_threads(group.inter_link, graph.runtime_channels, graph.channels)
 
 
 # -- NCCL's view of the topology -----------------------------------------------------------
@@ -296,7 +318,7 @@ def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: 
     if algo.startswith("nvls"):
         hw = connection_Bps(group.intra_link, 1) / 1e9
     else:
-        hw = ring_rate_Bps(group, streams) / 1e9
+        hw = ring_rate_Bps(group, streams, ring_socket_threads(group, graph)) / 1e9
     model_bw = graph.channels * graph.bw
     # the search's nominal bandwidth never exceeds what NCCL measured its hardware to carry; the
     # refinements (protocol ceilings) apply to the smaller of the two
@@ -347,7 +369,7 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     cold = 0.0
     if group.nodes > 1 and not end_to_end(group):
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
-                            inter_streams, options.idle_s)
+                            inter_streams, options.idle_s, ring_socket_threads(group, graph))
     return CommCost(lat_s + wire + cold, algo, proto, by_link)
 
 
@@ -359,7 +381,7 @@ def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster) -> flo
     n = group.world_size
     graph = ring_graph(group)
     streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
-    hw_Bps = ring_rate_Bps(group, streams)
+    hw_Bps = ring_rate_Bps(group, streams, ring_socket_threads(group, graph))
     alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, streams) * 1e9, "ring", op, n)
     volume = ring_volume_bytes(op, n_bytes, n)
     rate = volume / (n_bytes / alg_bw)
@@ -387,11 +409,13 @@ def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
     across = group.nodes > 1
     link = group.inter_link if across else group.intra_link
     streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(link) if across else 1
-    rate = connection_Bps(link, streams)
+    # the peer's channels leave from one GPU: its proxy thread copies them unless helpers do
+    threads = socket_threads(link, P2P_CHANNELS_PER_NET_PEER, 1) if across else None
+    rate = connection_Bps(link, streams, threads)
     hw = "net" if across else ("nvlink" if link.kind == "nvlink" else "pci")
     lat_s = (T.BASE_LAT_US["ring"]["Simple"] + T.HW_LAT_US[hw]["ring"]["Simple"]) * 1e-6 + link.software_latency_s
     wire = pipelined_s(n_bytes, rate, 1, link.latency_s, min(CHUNK_BYTES["Simple"], n_bytes))
-    cold = cold_start_s(link, n_bytes, streams, options.idle_s) if across else 0.0
+    cold = cold_start_s(link, n_bytes, streams, options.idle_s, threads) if across else 0.0
     return CommCost(lat_s + wire + cold, "p2p", "Simple",
                     {"intra": 0.0 if across else n_bytes, "inter": n_bytes if across else 0.0})
 
@@ -401,8 +425,10 @@ def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
     if group.world_size == 1 or n_bytes <= 0:
         return zero_cost("p2p")
     streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(group.inter_link) * group.gpus_per_node
+    threads = socket_threads(group.inter_link, P2P_CHANNELS_PER_NET_PEER * group.gpus_per_node, group.gpus_per_node)
     lat_s = (T.BASE_LAT_US["ring"]["Simple"] + T.HW_LAT_US["net" if group.nodes > 1 else "nvlink"]["ring"]["Simple"]) * 1e-6
-    return CommCost(alltoall_s(n_bytes, group, streams, lat_s + group.inter_link.software_latency_s * (group.nodes > 1)),
+    return CommCost(alltoall_s(n_bytes, group, streams, lat_s + group.inter_link.software_latency_s * (group.nodes > 1),
+                               threads),
                     "p2p", "Simple", alltoall_bytes_by_link(n_bytes, group))
 
 
