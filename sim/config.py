@@ -106,6 +106,9 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
         raise ConfigError("strategy.protocol", strategy.protocol,
                           f"auto with backend {backend}" if not library.protocols
                           else f"one of auto, {', '.join(library.protocols)} with backend {backend}")
+    for field in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
+        if getattr(strategy, field) is not None and backend != "nccl":
+            raise ConfigError(f"strategy.{field}", getattr(strategy, field), "only with backend nccl (NCCL's socket transport)")
     return replace(strategy, backend=backend)
 
 

@@ -33,7 +33,7 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
 
 STRATEGY_KEYS = (
-    "kind", "framework", "backend", "protocol", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
+    "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
     "comm_slows_compute", "double_buffering", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
@@ -56,6 +56,11 @@ class Strategy:
     | rabenseifner | hierarchical | ps (COLLECTIVES)."""
     protocol: str | None = None
     """NCCL protocol forced as NCCL_PROTO does (LL, LL128, Simple); None: NCCL's choice."""
+    nccl_socket_nthreads: int | None = None
+    """NCCL_SOCKET_NTHREADS: helper threads per socket connection; None: NCCL's choice by NIC
+    (sim.costs.backends.nccl: AWS 2, GCP 4, else none: the GPU's proxy thread)."""
+    nccl_nsocks_perthread: int | None = None
+    """NCCL_NSOCKS_PERTHREAD: sockets per helper thread; None: NCCL's choice (AWS 8, else 1)."""
     fusion_bytes: int | None = None
     """Horovod's tensor fusion threshold (HOROVOD_FUSION_THRESHOLD): gradients ready within one
     cycle are fused into batches of at most this size; None: DDP-style buckets."""
@@ -179,6 +184,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     if backend is not None:
         backend = require_choice(f"{where}.backend", backend, BACKEND_NAMES)
     protocol = require_choice(f"{where}.protocol", spec.get("protocol", "auto"), PROTOCOLS)
+    nthreads, nsocks = nccl_socket_fields(spec.get("nccl_socket_nthreads"), spec.get("nccl_nsocks_perthread"),
+                                          (f"{where}.nccl_socket_nthreads", f"{where}.nccl_nsocks_perthread"))
     fusion_mib = spec.get("fusion_mib")
     cycle_ms = spec.get("cycle_time_ms")
     slows = spec.get("comm_slows_compute", False)
@@ -192,6 +199,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         framework=spec.get("framework"),
         backend=backend,
         protocol=None if protocol == "auto" else protocol,
+        nccl_socket_nthreads=nthreads,
+        nccl_nsocks_perthread=nsocks,
         fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(float(require_positive(f"{where}.fusion_mib", fusion_mib)))),
         cycle_time_s=None if cycle_ms is None else float(require_positive(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True)) / 1e3,
         iteration_overhead_s=float(require_positive(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
@@ -227,6 +236,25 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
     )
+
+
+NCCL_SOCKET_MAX_THREADS = 16
+NCCL_SOCKET_MAX_SOCKETS = 64
+"""src/transport/net_socket.cc MAX_THREADS and MAX_SOCKETS: NCCL clamps NCCL_SOCKET_NTHREADS to 16
+and NCCL_NSOCKS_PERTHREAD to 64 / threads (with a warning); here a value past them is refused."""
+
+
+def nccl_socket_fields(nthreads: Any, nsocks: Any, fields: tuple[str, str]) -> tuple[int | None, int | None]:
+    """NCCL_SOCKET_NTHREADS (1-16) and NCCL_NSOCKS_PERTHREAD (their product at most 64), each
+    optional, checked under the names ``fields`` (a config's keys or a command's flags)."""
+    if nthreads is not None:
+        nthreads = require_positive(fields[0], nthreads, integer=True, maximum=NCCL_SOCKET_MAX_THREADS,
+                                    why="NCCL's MAX_THREADS (net_socket.cc)")
+    if nsocks is not None:
+        most = NCCL_SOCKET_MAX_SOCKETS // (nthreads or 1)
+        nsocks = require_positive(fields[1], nsocks, integer=True, maximum=most,
+                                  why=f"NCCL's MAX_SOCKETS {NCCL_SOCKET_MAX_SOCKETS} / {nthreads or 1} threads (net_socket.cc)")
+    return nthreads, nsocks
 
 
 def _optional_ns(spec: dict[str, Any], where: str, key: str) -> float | None:

@@ -93,6 +93,20 @@ def test_collective_csv_matches_the_cost_layer(capsys):
         assert float(r["time_s"]) == pytest.approx(comm_cost("gloo", "allgather", int(r["size_bytes"]), cluster).time_s)
 
 
+def test_collective_takes_nccls_socket_settings(capsys):
+    """--nccl-socket-nthreads 4 over 100 GbE TCP: 4 helper threads per connection fill the line
+    where the default (the GPU's proxy thread) moves one core's copy rate."""
+    from sim.costs.transports import LINUX_TCP
+
+    busbw = []
+    for extra in ([], ["--nccl-socket-nthreads", "4"]):
+        assert main(["collective", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "a100", "--intra-link", "nvlink3",
+                     "--inter-link", "tcp_100gbe", "-b", "1G", "-e", "1G", "--format", "csv", *extra]) == 0
+        busbw.append(float(next(csv.DictReader(capsys.readouterr().out.splitlines()))["busbw_GBps"]) * 1e9)
+    assert busbw[0] == pytest.approx(LINUX_TCP.stream_copy_Bps, rel=0.02)
+    assert busbw[1] == pytest.approx(100e9 / 8 * 1448 / 1538, rel=0.02)
+
+
 @pytest.mark.parametrize("argv, field", [
     (["--op", "scan"], "--op"),
     (["--backend", "ucc"], "--backend"),
@@ -105,6 +119,9 @@ def test_collective_csv_matches_the_cost_layer(capsys):
     (["--nodes", "1", "--gpus-per-node", "1"], "--nodes x --gpus-per-node"),
     (["--inter-link", "carrier_pigeon"], "inter_link"),
     (["--idle-ms", "-1"], "--idle-ms"),
+    (["--nccl-socket-nthreads", "17"], "--nccl-socket-nthreads"),
+    (["--nccl-socket-nthreads", "8", "--nccl-nsocks-perthread", "9"], "--nccl-nsocks-perthread"),
+    (["--backend", "gloo", "--nccl-socket-nthreads", "2"], "--nccl-socket-nthreads"),
 ])
 def test_collective_bad_input_is_one_line(argv, field, capsys):
     assert main(["collective", *argv]) == 2

@@ -66,6 +66,9 @@ CASES = [
      {"precision": "fp32"}),
     ({"model": "small_transformer"}, {"gpus": 4, "gpus_per_node": 2, "gpu": "cpu", "inter_link": "tcp_1gbe"},
      {"max_gpus": 8}, None),
+    # NCCL's socket settings (NCCL candidates only; gloo's keep one stream each) over 100 GbE TCP
+    ({"model": "resnet50"}, {"gpus": 16, **A100, "inter_link": "tcp_100gbe"},
+     {"max_gpus": 16, "backends": ["nccl", "gloo"], "bucket_mib": [25], "codecs": ["none"]}, {"nccl_socket_nthreads": 4}),
 ]
 
 

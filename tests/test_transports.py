@@ -150,3 +150,49 @@ def test_more_bandwidth_or_less_delay_is_never_slower(gbps, delay_ms, streams):
 def test_bad_link_entries_name_the_field(spec, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         link_from_dict("x", spec, "catalog.links", CAT.links)
+
+
+def test_nccl_socket_settings_follow_net_socket_cc_and_lift_the_proxy_threads_cap():
+    """strategy.nccl_socket_nthreads / nccl_nsocks_perthread as NCCL_SOCKET_NTHREADS /
+    NCCL_NSOCKS_PERTHREAD (ncclNetSocketGetNsockNthread): sockets = threads x per thread, none
+    without a helper thread (the control socket, the proxy thread); AWS 2 x 8 and GCP 4 x 1 by
+    default; past 64 sockets NCCL cuts the per-thread count. With 4 helper threads per connection
+    NCCL's ring over 100 GbE TCP reaches the line (2 channels x 4 threads x 20 Gbit/s), in the fast
+    path and in the detailed mode's per-flow links alike."""
+    from sim.cluster import cluster_from_dict
+    from sim.costs.backends import CommOptions, nccl
+    from sim.costs.comm import CommSpec, allreduce_cost, per_flow_cluster
+
+    generic, aws = CAT.links["tcp_100gbe"], CAT.links["aws_10g"]
+    assert nccl.socket_config(generic) == (1, 0)
+    assert nccl.socket_config(generic, CommOptions(socket_nthreads=4)) == (4, 4)
+    assert nccl.socket_config(generic, CommOptions(nsocks_perthread=4)) == (1, 0)  # no thread: the main one
+    assert nccl.socket_config(aws) == (16, 2)
+    assert nccl.socket_config(aws, CommOptions(nsocks_perthread=64)) == (64, 2)  # cut to 64 / 2 per thread
+    assert nccl.socket_config(link_from_dict("g", {"base": "tcp_100gbe", "nic_vendor": "gcp"}, links=CAT.links)) == (4, 4)
+    cluster = cluster_from_dict({"nodes": 2, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3",
+                                 "inter_link": "tcp_100gbe"}, CAT)
+    size = 2**30
+    expected = {None: LINUX_TCP.stream_copy_Bps, 4: generic.effective_Bps}  # one proxy thread; 8 helpers
+    for threads, rate in expected.items():
+        spec = CommSpec("nccl", "ring", socket_nthreads=threads)
+        busbw = 2 * 15 / 16 * size / allreduce_cost(size, cluster, spec).time_s
+        assert busbw == pytest.approx(rate, rel=0.02)
+        assert per_flow_cluster(cluster, spec).inter_link.effective_Bps == pytest.approx(rate)
+
+
+@pytest.mark.parametrize(("strategy", "field"), [
+    ({"nccl_socket_nthreads": 17}, "strategy.nccl_socket_nthreads"),
+    ({"nccl_socket_nthreads": 0}, "strategy.nccl_socket_nthreads"),
+    ({"nccl_socket_nthreads": 8, "nccl_nsocks_perthread": 9}, "strategy.nccl_nsocks_perthread"),
+    ({"nccl_nsocks_perthread": 2.5}, "strategy.nccl_nsocks_perthread"),
+    ({"backend": "gloo", "nccl_socket_nthreads": 2}, "strategy.nccl_socket_nthreads"),
+])
+def test_bad_nccl_socket_settings_are_one_line_errors(strategy, field):
+    from sim.config import scenario_from_dict
+
+    with pytest.raises(ConfigError) as err:
+        scenario_from_dict({"workload": {"model": "resnet50"},
+                            "cluster": {"gpus": 16, "gpus_per_node": 8, "inter_link": "tcp_100gbe"},
+                            "strategy": strategy})
+    assert str(err.value).startswith(field)

@@ -26,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--algo", help="force the algorithm as NCCL_ALGO does (nccl: ring, tree, nvls; mpi: ring, "
                                        "recursive_doubling, rabenseifner, binomial, pairwise)")
     parser.add_argument("--proto", help="force NCCL's protocol as NCCL_PROTO does: LL, LL128, Simple")
+    parser.add_argument("--nccl-socket-nthreads", type=int, metavar="N",
+                        help="NCCL over TCP: helper threads per connection, as NCCL_SOCKET_NTHREADS (1-16; default "
+                             "NCCL's choice by NIC: AWS 2, GCP 4, else none, the GPU's proxy thread copies)")
+    parser.add_argument("--nccl-nsocks-perthread", type=int, metavar="N",
+                        help="NCCL over TCP: sockets per helper thread, as NCCL_NSOCKS_PERTHREAD (threads x sockets "
+                             "<= 64; default NCCL's choice: AWS 8, else 1)")
     parser.add_argument("-b", "--minbytes", default="8", help="smallest size, e.g. 8, 1K, 1M (default 8)")
     parser.add_argument("-e", "--maxbytes", default="256M", help="largest size (default 256M)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplication factor (default 2)")
@@ -52,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         default_backend,
     )
     from sim.errors import ConfigError, require_choice, require_positive
+    from sim.strategy import nccl_socket_fields
     from sim.units import parse_bytes
 
     op = require_choice("--op", args.op, OPERATIONS)
@@ -81,7 +88,13 @@ def run(args: argparse.Namespace) -> int:
     idle_ms = float(require_positive("--idle-ms", args.idle_ms, allow_zero=True))
     if idle_ms == float("inf"):
         raise ConfigError("--idle-ms", args.idle_ms, "a finite number of milliseconds >= 0")
-    options = CommOptions(algorithm=args.algo, protocol=args.proto, idle_s=idle_ms / 1e3)
+    nthreads, nsocks = nccl_socket_fields(args.nccl_socket_nthreads, args.nccl_nsocks_perthread,
+                                          ("--nccl-socket-nthreads", "--nccl-nsocks-perthread"))
+    if (nthreads is not None or nsocks is not None) and backend != "nccl":
+        raise ConfigError("--nccl-socket-nthreads" if nthreads is not None else "--nccl-nsocks-perthread",
+                          nthreads if nthreads is not None else nsocks, "only with --backend nccl")
+    options = CommOptions(algorithm=args.algo, protocol=args.proto, idle_s=idle_ms / 1e3,
+                          socket_nthreads=nthreads, nsocks_perthread=nsocks)
     n = cluster.world_size
     rows = []
     size = low

@@ -32,15 +32,19 @@ class CommSpec:
     ps_servers: int = 1
     ps_layout: str = "dedicated"
     idle_s: float = 0.0
+    socket_nthreads: int | None = None
+    nsocks_perthread: int | None = None
 
     def options(self, algorithm: str | None = None) -> CommOptions:
-        return CommOptions(algorithm=algorithm, protocol=self.protocol, idle_s=self.idle_s)
+        return CommOptions(algorithm=algorithm, protocol=self.protocol, idle_s=self.idle_s,
+                           socket_nthreads=self.socket_nthreads, nsocks_perthread=self.nsocks_perthread)
 
 
 def spec_of(strategy) -> CommSpec:
     """The communication part of a resolved ``sim.strategy.Strategy``."""
     return CommSpec(backend=strategy.backend or "nccl", collective=strategy.collective, protocol=strategy.protocol,
-                    ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout)
+                    ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout,
+                    socket_nthreads=strategy.nccl_socket_nthreads, nsocks_perthread=strategy.nccl_nsocks_perthread)
 
 
 def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
@@ -131,7 +135,7 @@ def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> Rin
     base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group, graph)
     f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph) * 1e-6
     return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto,
-                       nccl.ring_pace_factor(op, proto, n_bytes, group))
+                       nccl.ring_pace_factor(op, proto, n_bytes, group, spec.options()))
 
 
 def ring_latency_for(cluster: Cluster, spec: CommSpec):
@@ -169,8 +173,9 @@ def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
         from sim.costs.backends.nccl import ring_graph, ring_socket_threads, sockets_per_connection
 
         graph = ring_graph(group)
-        streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
-        per_node = ring_socket_threads(group, graph)
+        options = spec.options()
+        streams = graph.runtime_channels * sockets_per_connection(group.inter_link, options)
+        per_node = ring_socket_threads(group, graph, options)
         threads = None if per_node is None else max(1, math.ceil(per_node / group.nics_per_node))
     return replace(group, intra_link=twin(group.intra_link, 1),
                    inter_link=twin(group.inter_link, max(1, streams // group.nics_per_node), threads))

@@ -77,6 +77,10 @@ def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
     }
     if base.protocol is not None:
         strategy["protocol"] = base.protocol
+    if sync.backend == "nccl":  # NCCL's socket settings, where the plan was given them
+        for key in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
+            if getattr(base, key) is not None:
+                strategy[key] = getattr(base, key)
     if sync.codec is not None:
         strategy["codec"], strategy["codec_path"] = sync.codec, sync.codec_path
     spec = {

@@ -39,6 +39,10 @@ class CommOptions:
     idle_s: float = 0.0
     """Seconds the connections sat idle before this call (a TCP stream idle for longer than its
     retransmission timeout starts again in slow start). 0: back to back, as nccl-tests runs."""
+    socket_nthreads: int | None = None
+    """NCCL_SOCKET_NTHREADS (helper threads per socket connection); None: NCCL's choice by NIC."""
+    nsocks_perthread: int | None = None
+    """NCCL_NSOCKS_PERTHREAD (sockets per helper thread); None: NCCL's choice by NIC."""
 
 
 @dataclass(frozen=True)

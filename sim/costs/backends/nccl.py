@@ -59,32 +59,51 @@ SOCKET_THREADS_BY_NIC_VENDOR = {"aws": 2, "gcp": 4}
 ('autoNt=0 ... By default, we only use the main thread and do not spawn extra threads'), so the
 connection's one socket is progressed by ncclNetSocketTest, which the GPU's proxy thread calls
 ('progress request using main thread'): every connection of that GPU shares its core."""
+MAX_SOCKETS = 64
+"""net_socket.cc MAX_SOCKETS: NCCL_NSOCKS_PERTHREAD is cut to 64 / threads beyond it."""
 P2P_CHANNELS_PER_NET_PEER = 2
 """NCCL_NCHANNELS_PER_NET_PEER, default 2 (NCCL docs, 'Environment Variables')."""
 
 
-def sockets_per_connection(link: Link) -> int:
+def socket_config(link: Link, options: CommOptions | None = None) -> tuple[int, int]:
+    """(sockets, helper threads) of one NCCL socket connection over ``link`` as
+    ncclNetSocketGetNsockNthread sets them: NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD where
+    the strategy gives them, else the NIC vendor's (AWS 2 x 8, GCP 4 x 1, else no helper: 0 x 1);
+    sockets = threads x sockets per thread, and with no helper thread the one control socket
+    carries the data."""
+    threads = SOCKET_THREADS_BY_NIC_VENDOR.get(link.nic_vendor or "", 0)
+    per_thread = SOCKETS_BY_NIC_VENDOR.get(link.nic_vendor or "", 1) // max(1, threads) if threads else 1
+    if options is not None and options.socket_nthreads is not None:
+        threads = options.socket_nthreads
+    if options is not None and options.nsocks_perthread is not None:
+        per_thread = options.nsocks_perthread
+    if threads and threads * per_thread > MAX_SOCKETS:  # NCCL clamps (and warns)
+        per_thread = MAX_SOCKETS // threads
+    return (threads * per_thread if threads else 1), threads
+
+
+def sockets_per_connection(link: Link, options: CommOptions | None = None) -> int:
     """Streams one NCCL connection opens over ``link``: sockets over TCP, one queue pair otherwise."""
     if link.kind != "tcp":
         return 1
-    return SOCKETS_BY_NIC_VENDOR.get(link.nic_vendor or "", 1)
+    return socket_config(link, options)[0]
 
 
-def socket_threads(link: Link, connections: int, proxies: int) -> int | None:
-    """Threads that copy ``connections`` NCCL socket connections through the kernel: the NIC's
-    helper threads per connection, or else the proxy threads of the ``proxies`` GPUs they leave
-    from (one each); None for verbs (no copies)."""
+def socket_threads(link: Link, connections: int, proxies: int, options: CommOptions | None = None) -> int | None:
+    """Threads that copy ``connections`` NCCL socket connections through the kernel: the
+    connection's helper threads, or, with none, the proxy threads of the ``proxies`` GPUs they
+    leave from (one each); None for verbs (no copies)."""
     if link.kind != "tcp":
         return None
-    helpers = SOCKET_THREADS_BY_NIC_VENDOR.get(link.nic_vendor or "")
+    helpers = socket_config(link, options)[1]
     return connections * helpers if helpers else max(1, proxies)
 
 
-def ring_socket_threads(group: Cluster, graph: Graph) -> int | None:
+def ring_socket_threads(group: Cluster, graph: Graph, options: CommOptions | None = None) -> int | None:
     """A ring's network copies per node: its runtime channels are the search's rings twice over
     (ncclTopoPostset duplicates them), so a duplicate leaves each node from the same GPU as its
     original and shares that GPU's proxy thread: graph.channels proxies."""
-    return socket_threads(group.inter_link, graph.runtime_channels, graph.channels)
+    return socket_threads(group.inter_link, graph.runtime_channels, graph.channels, options)
 
 
 # -- NCCL's view of the topology -----------------------------------------------------------
@@ -312,13 +331,14 @@ def choose(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> tup
 
 # -- the prediction on the real links ------------------------------------------------------
 
-def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: Graph, streams: int) -> float:
+def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: Graph, streams: int,
+                         options: CommOptions | None = None) -> float:
     """The refinements of tuning.cc applied to what the links deliver instead of the search's
     nominal bandwidth: a ring's slowest edge (its NIC connections with ``streams`` streams)."""
     if algo.startswith("nvls"):
         hw = connection_Bps(group.intra_link, 1) / 1e9
     else:
-        hw = ring_rate_Bps(group, streams, ring_socket_threads(group, graph)) / 1e9
+        hw = ring_rate_Bps(group, streams, ring_socket_threads(group, graph, options)) / 1e9
     model_bw = graph.channels * graph.bw
     # the search's nominal bandwidth never exceeds what NCCL measured its hardware to carry; the
     # refinements (protocol ceilings) apply to the smaller of the two
@@ -331,8 +351,8 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
         return zero_cost()
     algo, proto = choose(op, n_bytes, group, options)
     graph = _graph_for(algo, group)
-    inter_streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
-    bus_bw = _hardware_busbw_GBps(op, algo, proto, group, graph, inter_streams) * 1e9
+    inter_streams = graph.runtime_channels * sockets_per_connection(group.inter_link, options)
+    bus_bw = _hardware_busbw_GBps(op, algo, proto, group, graph, inter_streams, options) * 1e9
     alg_bw = _algbw(bus_bw, algo, op, n)
     if algo == "tree":
         log_size = int(math.log2(max(1.0, n_bytes / 64)))
@@ -369,20 +389,20 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     cold = 0.0
     if group.nodes > 1 and not end_to_end(group):
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
-                            inter_streams, options.idle_s, ring_socket_threads(group, graph))
+                            inter_streams, options.idle_s, ring_socket_threads(group, graph, options))
     return CommCost(lat_s + wire + cold, algo, proto, by_link)
 
 
-def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster) -> float:
+def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster, options: CommOptions | None = None) -> float:
     """How much longer than its payload at the links' rate a ring step of ``op`` takes under
     ``proto``: (busiest volume / volume) x (link rate / protocol rate), the two terms by which
     ``_collective``'s throughput bound exceeds V / R (runRing's chunk rounding, tuning.cc's
     per-protocol busBw refinements: LL128 x 0.92, LL 1/4 ...). 1 for a large Simple ring."""
     n = group.world_size
     graph = ring_graph(group)
-    streams = graph.runtime_channels * sockets_per_connection(group.inter_link)
-    hw_Bps = ring_rate_Bps(group, streams, ring_socket_threads(group, graph))
-    alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, streams) * 1e9, "ring", op, n)
+    streams = graph.runtime_channels * sockets_per_connection(group.inter_link, options)
+    hw_Bps = ring_rate_Bps(group, streams, ring_socket_threads(group, graph, options))
+    alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, streams, options) * 1e9, "ring", op, n)
     volume = ring_volume_bytes(op, n_bytes, n)
     rate = volume / (n_bytes / alg_bw)
     threads = ring_threads(proto, graph.channels * graph.bw)
@@ -408,9 +428,9 @@ def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
         return zero_cost("p2p")
     across = group.nodes > 1
     link = group.inter_link if across else group.intra_link
-    streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(link) if across else 1
+    streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(link, options) if across else 1
     # the peer's channels leave from one GPU: its proxy thread copies them unless helpers do
-    threads = socket_threads(link, P2P_CHANNELS_PER_NET_PEER, 1) if across else None
+    threads = socket_threads(link, P2P_CHANNELS_PER_NET_PEER, 1, options) if across else None
     rate = connection_Bps(link, streams, threads)
     hw = "net" if across else ("nvlink" if link.kind == "nvlink" else "pci")
     lat_s = (T.BASE_LAT_US["ring"]["Simple"] + T.HW_LAT_US[hw]["ring"]["Simple"]) * 1e-6 + link.software_latency_s
@@ -424,8 +444,9 @@ def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
     """ncclAllToAll is a group of sends and receives to every peer, all in flight together."""
     if group.world_size == 1 or n_bytes <= 0:
         return zero_cost("p2p")
-    streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(group.inter_link) * group.gpus_per_node
-    threads = socket_threads(group.inter_link, P2P_CHANNELS_PER_NET_PEER * group.gpus_per_node, group.gpus_per_node)
+    streams = P2P_CHANNELS_PER_NET_PEER * sockets_per_connection(group.inter_link, options) * group.gpus_per_node
+    threads = socket_threads(group.inter_link, P2P_CHANNELS_PER_NET_PEER * group.gpus_per_node, group.gpus_per_node,
+                             options)
     lat_s = (T.BASE_LAT_US["ring"]["Simple"] + T.HW_LAT_US["net" if group.nodes > 1 else "nvlink"]["ring"]["Simple"]) * 1e-6
     return CommCost(alltoall_s(n_bytes, group, streams, lat_s + group.inter_link.software_latency_s * (group.nodes > 1),
                                threads),
