@@ -95,6 +95,29 @@ def defaults_from_strategy(scenario: Scenario) -> dict[str, Any]:
     return defaults
 
 
+NCCL_ALGO_NAMES = {"ring": "Ring", "tree": "Tree", "nvls": "NVLS"}
+"""strategy.collective -> NCCL_ALGO's names (NCCL docs, 'Environment Variables': Tree, Ring,
+CollnetDirect, CollnetChain, NVLS, NVLSTree, PAT)."""
+
+
+def nccl_environment(scenario: Scenario) -> dict[str, str]:
+    """The NCCL variables that make a measured NCCL run what the strategy describes, as the
+    simulator reads them: strategy.collective ring / tree / nvls -> NCCL_ALGO, strategy.protocol ->
+    NCCL_PROTO, strategy.nccl_socket_nthreads / nccl_nsocks_perthread -> NCCL_SOCKET_NTHREADS /
+    NCCL_NSOCKS_PERTHREAD; what the strategy leaves to NCCL stays NCCL's (nothing set)."""
+    s = scenario.strategy
+    env: dict[str, str] = {}
+    if s.collective in NCCL_ALGO_NAMES:
+        env["NCCL_ALGO"] = NCCL_ALGO_NAMES[s.collective]
+    if s.protocol is not None:
+        env["NCCL_PROTO"] = s.protocol
+    if s.nccl_socket_nthreads is not None:
+        env["NCCL_SOCKET_NTHREADS"] = str(s.nccl_socket_nthreads)
+    if s.nccl_nsocks_perthread is not None:
+        env["NCCL_NSOCKS_PERTHREAD"] = str(s.nccl_nsocks_perthread)
+    return env
+
+
 def _scenario_sets(scenario: Scenario, key: str) -> bool:
     """Whether the scenario's strategy chose this option itself (not left it at its default)."""
     s = scenario.strategy

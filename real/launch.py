@@ -111,6 +111,16 @@ def check_nproc(nproc: int, field: str = "--gpus") -> int:
     return nproc
 
 
+def rank_environment(job: dict[str, Any], rank: int, nproc: int, port: int) -> dict[str, str]:
+    """A rank's environment: this process's, torch.distributed's variables, and the job's own
+    (``job["env"]``: the NCCL variables of the strategy, real.config.nccl_environment)."""
+    from real.lifecycle import PARENT_ENV
+
+    return {**os.environ, **{k: str(v) for k, v in (job.get("env") or {}).items()},
+            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
+
+
 def launch(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_s: float,
            netns: str | None = None, on_started=None) -> dict[str, Any]:
     """Run ``job`` on ``nproc`` ranks; return rank 0's result dict or raise RunFailed.
@@ -145,7 +155,7 @@ def launch(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_s: flo
 
 def _launch_once(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_s: float,
                  netns: str | None, on_started) -> dict[str, Any]:
-    from real.lifecycle import PARENT_ENV, hold, release, tmp_dir
+    from real.lifecycle import hold, release, tmp_dir
 
     work = tmp_dir()
     hold("dir", work)
@@ -158,9 +168,7 @@ def _launch_once(job: dict[str, Any], nproc: int, *, timeout_s: float, deadline_
         port = free_port()
         try:
             for rank in range(nproc):
-                env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(nproc),
-                       "LOCAL_WORLD_SIZE": str(nproc), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-                       "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
+                env = rank_environment(job, rank, nproc, port)
                 cmd = [sys.executable, "-m", "real.worker", str(job_file)]
                 if netns:
                     cmd = ["ip", "netns", "exec", netns, *cmd]  # ip execs the command: same pid

@@ -135,6 +135,10 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
         raise ConfigError("cluster.gpus", world, "at least 2 pipeline stages")
     job = job_for(spec, options, iterations, warmup, min_time_s=min_time_s, max_iterations=max_iterations)
     job["link"], job["topology"] = link, topology
+    if options.backend == "nccl":  # the strategy's algorithm, protocol and socket settings, as NCCL reads them
+        from real.config import nccl_environment
+
+        job["env"] = nccl_environment(scenario)
     if trace:
         if options.strategy == "ps_async":
             raise ConfigError("--trace", "ps_async", "a synchronous strategy (ddp, ps_sync, pipeline)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("torch")
@@ -44,3 +46,26 @@ def test_a_contradicting_real_option_is_an_error():
 def test_real_options_still_choose_where_the_scenario_is_silent():
     _, options = real_scenario(spec({}, {"compression": "bf16"}))
     assert options.compression == "bf16"
+
+
+def test_an_nccl_run_gets_the_strategys_algorithm_protocol_and_socket_settings():
+    """One description: what the simulator forces as NCCL_ALGO / NCCL_PROTO / NCCL_SOCKET_NTHREADS /
+    NCCL_NSOCKS_PERTHREAD, a measured NCCL run is given in its ranks' environment (and nothing
+    where the strategy leaves the choice to NCCL); torch.distributed's own variables win."""
+    from real.config import nccl_environment
+    from real.launch import rank_environment
+    from sim.config import scenario_from_dict
+
+    def scenario(strategy):
+        return scenario_from_dict({"workload": {"model": "resnet50"}, "strategy": strategy,
+                                   "cluster": {"gpus": 16, "gpus_per_node": 8, "inter_link": "tcp_100gbe"}})
+
+    env = nccl_environment(scenario({"collective": "tree", "protocol": "LL128", "nccl_socket_nthreads": 4,
+                                     "nccl_nsocks_perthread": 2}))
+    assert env == {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL128", "NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "2"}
+    assert nccl_environment(scenario({})) == {}
+    assert nccl_environment(scenario({"collective": "hierarchical"})) == {}
+    ranks = rank_environment({"env": {**env, "RANK": "99"}}, 3, 4, 12345)
+    assert {k: ranks[k] for k in env} == env
+    assert (ranks["RANK"], ranks["WORLD_SIZE"], ranks["MASTER_PORT"]) == ("3", "4", "12345")
+    assert rank_environment({}, 0, 2, 1).get("NCCL_ALGO") == os.environ.get("NCCL_ALGO")  # a job without env
