@@ -105,6 +105,11 @@ def test_collective_takes_nccls_socket_settings(capsys):
         busbw.append(float(next(csv.DictReader(capsys.readouterr().out.splitlines()))["busbw_GBps"]) * 1e9)
     assert busbw[0] == pytest.approx(LINUX_TCP.stream_copy_Bps, rel=0.02)
     assert busbw[1] == pytest.approx(100e9 / 8 * 1448 / 1538, rel=0.02)
+    assert main(["collective", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "a100", "--intra-link", "nvlink3",
+                 "--inter-link", "tcp_100gbe", "-b", "1G", "-e", "1G"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]  # the table says why: one proxy thread's copies
+    assert header.startswith("# NCCL sockets over tcp_100gbe: 2 per node, copied by 1 thread(s) at 20 Gbit/s each")
+    assert "leaves a node at 20.0 of 94.1 Gbit/s" in header
 
 
 @pytest.mark.parametrize("argv, field", [

@@ -110,6 +110,12 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "table":
         write_out(f"# {op} on {n} ranks ({cluster.nodes} nodes x {cluster.gpus_per_node} {cluster.gpu.name}), "
                   f"intra {cluster.intra_link.name}, inter {cluster.inter_link.name}; backend {backend} (predicted)\n")
+        if backend == "nccl":
+            from sim.costs.backends.nccl import socket_summary
+
+            summary = socket_summary(cluster, options)
+            if summary:
+                write_out(f"# {summary}\n")
         write_out(comm_table(rows))
     else:
         write_out(format_rows(rows, args.format))

@@ -106,6 +106,26 @@ def ring_socket_threads(group: Cluster, graph: Graph, options: CommOptions | Non
     return socket_threads(group.inter_link, graph.runtime_channels, graph.channels, options)
 
 
+def socket_summary(group: Cluster, options: CommOptions | None = None) -> str | None:
+    """One line on how NCCL's ring crosses a TCP network here (sockets, the threads copying them,
+    the rate that leaves a node), for a reader of a prediction; None off TCP or on one node."""
+    from sim.costs.transports import tcp_stream_copy_Bps
+
+    link = group.inter_link
+    if link.kind != "tcp" or group.nodes < 2:
+        return None
+    graph = ring_graph(group)
+    sockets = graph.runtime_channels * sockets_per_connection(link, options)
+    threads = ring_socket_threads(group, graph, options) or 1
+    helpers = socket_config(link, options)[1]
+    who = f"{helpers} helper threads per connection" if helpers else "the GPU's proxy thread, no helper threads"
+    rate = ring_rate_Bps(group, sockets, threads)
+    return (f"NCCL sockets over {link.name}: {sockets} per node, copied by {threads} thread(s) at "
+            f"{tcp_stream_copy_Bps(link) * 8 / 1e9:g} Gbit/s each ({who}); the ring leaves a node at "
+            f"{rate * 8 / 1e9:.1f} of {link.effective_Bps * 8 / 1e9:.1f} Gbit/s of payload "
+            f"(--nccl-socket-nthreads sets NCCL_SOCKET_NTHREADS)")
+
+
 # -- NCCL's view of the topology -----------------------------------------------------------
 
 class Graph:
