@@ -87,15 +87,15 @@ def test_nccl_sockets_are_copied_by_the_proxy_thread_unless_the_nic_brings_helpe
     tcp = cluster("tcp_100gbe")
     graph = nccl.ring_graph(tcp)
     assert (graph.channels, graph.runtime_channels) == (1, 2)
-    assert nccl.ring_socket_threads(tcp, graph) == 1
+    assert nccl.ring_streams(tcp, graph) == (2, 1)  # 2 sockets, 1 proxy thread
     streams = graph.runtime_channels * nccl.sockets_per_connection(tcp.inter_link)
     assert ring_rate_Bps(tcp, streams) == pytest.approx(2 * copy)  # a thread per stream: 40 Gbit/s
-    assert ring_rate_Bps(tcp, streams, nccl.ring_socket_threads(tcp, graph)) == pytest.approx(copy)
-    busbw = 1e9 * nccl._hardware_busbw_GBps("allreduce", "ring", "Simple", tcp, graph, streams)
+    assert ring_rate_Bps(tcp, *nccl.ring_streams(tcp, graph)) == pytest.approx(copy)
+    busbw = 1e9 * nccl._hardware_busbw_GBps("allreduce", "ring", "Simple", tcp, graph)
     assert busbw == pytest.approx(copy)
     p25 = cluster("tcp_25gbe", per_node=4, gpu="p100_pcie", intra="pcie3")
     g25 = nccl.ring_graph(p25)
-    assert 1e9 * nccl._hardware_busbw_GBps("allreduce", "ring", "Simple", p25, g25, g25.runtime_channels) \
+    assert 1e9 * nccl._hardware_busbw_GBps("allreduce", "ring", "Simple", p25, g25) \
         == pytest.approx(copy)
     assert copy < p25.inter_link.effective_Bps
     aws = link_from_dict("aws_100g", {"base": "tcp_100gbe", "nic_vendor": "aws"}, links=CAT.links)
@@ -105,7 +105,7 @@ def test_nccl_sockets_are_copied_by_the_proxy_thread_unless_the_nic_brings_helpe
     p2p = nccl.BACKEND.ops["sendrecv"](big, cluster("tcp_100gbe", nodes=2, per_node=1), CommOptions())
     assert big / p2p.time_s == pytest.approx(copy, rel=0.02)  # two channels, one proxy thread
     roce = cluster("roce_100g")
-    assert ring_rate_Bps(roce, 2, nccl.ring_socket_threads(roce, nccl.ring_graph(roce))) > 4 * copy
+    assert ring_rate_Bps(roce, *nccl.ring_streams(roce, nccl.ring_graph(roce))) > 4 * copy
 
 
 def test_slow_start_closed_form_doubles_the_window_every_round_trip():

@@ -170,12 +170,9 @@ def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
 
     streams, threads = 1, None
     if spec.backend == "nccl" and group.nodes > 1:
-        from sim.costs.backends.nccl import ring_graph, ring_socket_threads, sockets_per_connection
+        from sim.costs.backends.nccl import ring_graph, ring_streams
 
-        graph = ring_graph(group)
-        options = spec.options()
-        streams = graph.runtime_channels * sockets_per_connection(group.inter_link, options)
-        per_node = ring_socket_threads(group, graph, options)
+        streams, per_node = ring_streams(group, ring_graph(group), spec.options())
         threads = None if per_node is None else max(1, math.ceil(per_node / group.nics_per_node))
     return replace(group, intra_link=twin(group.intra_link, 1),
                    inter_link=twin(group.inter_link, max(1, streams // group.nics_per_node), threads))

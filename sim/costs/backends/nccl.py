@@ -50,15 +50,13 @@ from sim.costs.backends.nccl_pipeline import (
 from sim.costs.transports import cold_start_s, connection_Bps
 from sim.errors import ConfigError
 
-SOCKETS_BY_NIC_VENDOR = {"aws": 16, "gcp": 4}
+SOCKET_AUTO_BY_NIC_VENDOR = {"aws": (2, 8), "gcp": (4, 1)}
 """NCCL's socket transport auto-detects the NIC vendor (src/transport/net_socket.cc,
-ncclNetSocketGetNsockNthread): AWS ENA (PCI vendor 0x1d0f) 2 threads x 8 sockets, Google's gVNIC
-(0x1ae0) 4 x 1; any other NIC one socket per connection."""
-SOCKET_THREADS_BY_NIC_VENDOR = {"aws": 2, "gcp": 4}
-"""Helper threads per connection (the same function): AWS 2, GCP 4. Any other NIC: none
-('autoNt=0 ... By default, we only use the main thread and do not spawn extra threads'), so the
-connection's one socket is progressed by ncclNetSocketTest, which the GPU's proxy thread calls
-('progress request using main thread'): every connection of that GPU shares its core."""
+ncclNetSocketGetNsockNthread): (helper threads, sockets per thread) per connection, AWS ENA (PCI
+vendor 0x1d0f) 2 x 8, Google's gVNIC (0x1ae0) 4 x 1. Any other NIC: no helper thread ('autoNt=0
+... By default, we only use the main thread and do not spawn extra threads'), so the connection's
+one socket is progressed by ncclNetSocketTest, which the GPU's proxy thread calls ('progress
+request using main thread'): every connection of that GPU shares its core."""
 MAX_SOCKETS = 64
 """net_socket.cc MAX_SOCKETS: NCCL_NSOCKS_PERTHREAD is cut to 64 / threads beyond it."""
 P2P_CHANNELS_PER_NET_PEER = 2
@@ -71,8 +69,7 @@ def socket_config(link: Link, options: CommOptions | None = None) -> tuple[int, 
     the strategy gives them, else the NIC vendor's (AWS 2 x 8, GCP 4 x 1, else no helper: 0 x 1);
     sockets = threads x sockets per thread, and with no helper thread the one control socket
     carries the data."""
-    threads = SOCKET_THREADS_BY_NIC_VENDOR.get(link.nic_vendor or "", 0)
-    per_thread = SOCKETS_BY_NIC_VENDOR.get(link.nic_vendor or "", 1) // max(1, threads) if threads else 1
+    threads, per_thread = SOCKET_AUTO_BY_NIC_VENDOR.get(link.nic_vendor or "", (0, 1))
     if options is not None and options.socket_nthreads is not None:
         threads = options.socket_nthreads
     if options is not None and options.nsocks_perthread is not None:
@@ -99,11 +96,14 @@ def socket_threads(link: Link, connections: int, proxies: int, options: CommOpti
     return connections * helpers if helpers else max(1, proxies)
 
 
-def ring_socket_threads(group: Cluster, graph: Graph, options: CommOptions | None = None) -> int | None:
-    """A ring's network copies per node: its runtime channels are the search's rings twice over
-    (ncclTopoPostset duplicates them), so a duplicate leaves each node from the same GPU as its
-    original and shares that GPU's proxy thread: graph.channels proxies."""
-    return socket_threads(group.inter_link, graph.runtime_channels, graph.channels, options)
+def ring_streams(group: Cluster, graph: Graph, options: CommOptions | None = None) -> tuple[int, int | None]:
+    """(streams, copying threads) a ring sends out of each node: a connection per runtime channel,
+    each of its sockets; the channels are the search's rings twice over (ncclTopoPostset duplicates
+    them), so a duplicate leaves each node from the same GPU as its original and shares that GPU's
+    proxy thread: graph.channels proxies where no helper threads copy."""
+    link = group.inter_link
+    return (graph.runtime_channels * sockets_per_connection(link, options),
+            socket_threads(link, graph.runtime_channels, graph.channels, options))
 
 
 def socket_summary(group: Cluster, options: CommOptions | None = None) -> str | None:
@@ -114,9 +114,8 @@ def socket_summary(group: Cluster, options: CommOptions | None = None) -> str | 
     link = group.inter_link
     if link.kind != "tcp" or group.nodes < 2:
         return None
-    graph = ring_graph(group)
-    sockets = graph.runtime_channels * sockets_per_connection(link, options)
-    threads = ring_socket_threads(group, graph, options) or 1
+    sockets, copying = ring_streams(group, ring_graph(group), options)
+    threads = copying or 1
     helpers = socket_config(link, options)[1]
     who = f"{helpers} helper threads per connection" if helpers else "the GPU's proxy thread, no helper threads"
     rate = ring_rate_Bps(group, sockets, threads)
@@ -351,14 +350,14 @@ def choose(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> tup
 
 # -- the prediction on the real links ------------------------------------------------------
 
-def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: Graph, streams: int,
+def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: Graph,
                          options: CommOptions | None = None) -> float:
     """The refinements of tuning.cc applied to what the links deliver instead of the search's
-    nominal bandwidth: a ring's slowest edge (its NIC connections with ``streams`` streams)."""
+    nominal bandwidth: a ring's slowest edge (its NIC connections, ``ring_streams``)."""
     if algo.startswith("nvls"):
         hw = connection_Bps(group.intra_link, 1) / 1e9
     else:
-        hw = ring_rate_Bps(group, streams, ring_socket_threads(group, graph, options)) / 1e9
+        hw = ring_rate_Bps(group, *ring_streams(group, graph, options)) / 1e9
     model_bw = graph.channels * graph.bw
     # the search's nominal bandwidth never exceeds what NCCL measured its hardware to carry; the
     # refinements (protocol ceilings) apply to the smaller of the two
@@ -371,8 +370,8 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
         return zero_cost()
     algo, proto = choose(op, n_bytes, group, options)
     graph = _graph_for(algo, group)
-    inter_streams = graph.runtime_channels * sockets_per_connection(group.inter_link, options)
-    bus_bw = _hardware_busbw_GBps(op, algo, proto, group, graph, inter_streams, options) * 1e9
+    inter_streams, inter_threads = ring_streams(group, graph, options)
+    bus_bw = _hardware_busbw_GBps(op, algo, proto, group, graph, options) * 1e9
     alg_bw = _algbw(bus_bw, algo, op, n)
     if algo == "tree":
         log_size = int(math.log2(max(1.0, n_bytes / 64)))
@@ -409,7 +408,7 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     cold = 0.0
     if group.nodes > 1 and not end_to_end(group):
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
-                            inter_streams, options.idle_s, ring_socket_threads(group, graph, options))
+                            inter_streams, options.idle_s, inter_threads)
     return CommCost(lat_s + wire + cold, algo, proto, by_link)
 
 
@@ -420,9 +419,8 @@ def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster, option
     per-protocol busBw refinements: LL128 x 0.92, LL 1/4 ...). 1 for a large Simple ring."""
     n = group.world_size
     graph = ring_graph(group)
-    streams = graph.runtime_channels * sockets_per_connection(group.inter_link, options)
-    hw_Bps = ring_rate_Bps(group, streams, ring_socket_threads(group, graph, options))
-    alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, streams, options) * 1e9, "ring", op, n)
+    hw_Bps = ring_rate_Bps(group, *ring_streams(group, graph, options))
+    alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, options) * 1e9, "ring", op, n)
     volume = ring_volume_bytes(op, n_bytes, n)
     rate = volume / (n_bytes / alg_bw)
     threads = ring_threads(proto, graph.channels * graph.bw)
