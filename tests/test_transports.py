@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -196,3 +198,23 @@ def test_bad_nccl_socket_settings_are_one_line_errors(strategy, field):
                             "cluster": {"gpus": 16, "gpus_per_node": 8, "inter_link": "tcp_100gbe"},
                             "strategy": strategy})
     assert str(err.value).startswith(field)
+
+
+def test_the_copy_rate_measurement_runs_and_prints_its_figures():
+    """scripts/measure_tcp_stream.py, the source of TcpDefaults.stream_copy_Bps, stays runnable
+    (a tiny run: 32 MiB, one repeat; the MTU 1500 line where this process may make a namespace)
+    and prints a rate; the figure itself is this machine's, not checked here."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "measure_tcp_stream.py"
+    before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout if os.geteuid() == 0 else ""
+    out = subprocess.run([sys.executable, str(script), "--gib", "0.03125", "--repeats", "1", "--chunk-mib", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rates = re.findall(r"one TCP stream, (loopback MTU 65536|MTU 1500): median ([\d.]+) Gbit/s", out.stdout)
+    assert rates and rates[0][0] == "loopback MTU 65536" and all(float(r) > 0 for _, r in rates), out.stdout
+    if os.geteuid() == 0:  # the namespace it made is gone
+        assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == before
