@@ -248,8 +248,14 @@ def test_a_half_written_point_of_a_killed_run_is_removed(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
     (tmp_path / "p2.lock").write_text(f"{dead.pid} 12345 {os.uname().nodename}\n")  # its run is gone
+    free, untouched = tmp_path / ".p3.json.ij56kl.tmp", tmp_path / ".p4.json.mn78op.tmp"
+    for f in (free, untouched):
+        f.write_text('{"row": ')
     locks = PointLocks(tmp_path)
-    assert locks.acquire("p2") and not other.exists()
+    assert locks.acquire("p2") and not other.exists()  # a stale lock taken over
+    assert untouched.exists()
+    assert locks.acquire("p3") and not free.exists()  # a free point: from the directory's one listing
+    assert untouched.exists()  # another point's, until its point is taken
     locks.release_all()
 
 
