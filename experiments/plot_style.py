@@ -16,9 +16,29 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from sim.fileio import atomic_write_bytes
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+"""One marker shape per series (cycled), so series stay apart where their colours are close."""
+
+
+def series_colors(n: int) -> list[Any]:
+    """``n`` distinct colours: tab10 up to 10 series, tab20 beyond."""
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def panel_legend(axes) -> tuple[list[Any], list[str]]:
+    """Every panel's legend entries once each (a line may be missing from some panels)."""
+    seen: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    return list(seen.values()), list(seen)
+
 
 DODGE_SPAN_LOG2 = 0.2
 """Total sideways spread of the dodged series, in doublings (0.2: a fifth of the gap between ticks)."""

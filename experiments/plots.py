@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -25,9 +24,24 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from experiments.plot_style import dodge_factors, label_ends, legend_below, log2_axis, save_figure  # noqa: E402
+from experiments.plot_style import (  # noqa: E402
+    MARKERS,
+    dodge_factors,
+    label_ends,
+    legend_below,
+    log2_axis,
+    panel_legend,
+    save_figure,
+    series_colors,
+)
 from experiments.store import ResultDir  # noqa: E402
-from experiments.tables import GPU_COLUMN, axis_title, mean_over_repetitions, with_series  # noqa: E402
+from experiments.tables import (  # noqa: E402
+    GPU_COLUMN,
+    axis_title,
+    describe_fixed,
+    mean_over_repetitions,
+    with_series,
+)
 
 TARGET_EFFICIENCY = 0.75
 """The practitioner's target from the seeds: 4 machines doing the work of 3."""
@@ -37,36 +51,10 @@ BREAKDOWN_PARTS = (
     ("bubble_time_s", "pipeline bubble", "#999999"),
     ("codec_time_s", "compression codec", "#8172b3"),
 )
-DESCRIBE_COLUMNS = (
-    ("model", "{}"), ("batch_size", "batch {}/GPU"), ("gpu", "{}"), ("gpus_per_node", "{} GPUs/node"),
-    ("intra_link", "intra {}"), ("inter_link", "inter {}"), ("strategy", "{}"), ("collective", "{}"),
-    ("precision", "{}"),
-)
-
-
-def _colors(n: int) -> list[Any]:
-    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
-    return [cmap(i % cmap.N) for i in range(n)]
 
 
 MAX_SERIES = 12
 """Plots draw at most this many series (the first ones, in sweep order) and say so in the title."""
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
-
-
-def describe_fixed(df: pd.DataFrame) -> str:
-    """The config columns that are the same in every row, as a short line for subtitles."""
-    parts = []
-    one_per_node = "gpus_per_node" in df.columns and set(df["gpus_per_node"]) == {1}
-    for column, fmt in DESCRIBE_COLUMNS:
-        if column == "intra_link" and one_per_node:
-            continue  # no intra-node link in use
-        if column in df.columns and df[column].nunique(dropna=False) == 1:
-            value = df[column].iloc[0]
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            parts.append(fmt.format(value))
-    return ", ".join(parts)
 
 
 def _limit_series(data: pd.DataFrame) -> tuple[pd.DataFrame, str]:
@@ -104,7 +92,7 @@ def _series_lines(data: pd.DataFrame):
     a little sideways (plot_style.dodge_factors) so that equal series stay visible."""
     series = list(dict.fromkeys(data["series"]))
     offsets = dodge_factors(len(series))
-    for i, (color, s) in enumerate(zip(_colors(len(series)), series, strict=False)):
+    for i, (color, s) in enumerate(zip(series_colors(len(series)), series, strict=False)):
         marker = MARKERS[i % len(MARKERS)]
         for source, style in (("sim", dict(marker=marker, linestyle="-", markersize=6, markeredgecolor="white",
                                            markeredgewidth=0.6)),
@@ -169,15 +157,6 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     return save_figure(fig, stem)
 
 
-def _panel_legend(axes) -> tuple[list[Any], list[str]]:
-    """Every panel's legend entries once each (a line may be missing from some panels)."""
-    seen: dict[str, Any] = {}
-    for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(label, handle)
-    return list(seen.values()), list(seen)
-
-
 def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem: Path) -> list[Path]:
     """Scaling efficiency vs GPUs, one panel per value of ``panel_axis`` (e.g. the network), one
     line per combination of the other swept axes, the same colour in every panel."""
@@ -186,7 +165,7 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
     sim = sim.assign(line=[s.replace(f", {p}", "").replace(f"{p}, ", "") if s != p else s
                            for s, p in zip(sim["series"], sim[panel_axis].astype(str), strict=True)])
     lines = list(dict.fromkeys(sim["line"]))[:MAX_SERIES]
-    colors = dict(zip(lines, _colors(len(lines)), strict=False))
+    colors = dict(zip(lines, series_colors(len(lines)), strict=False))
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False, sharey=True)
@@ -210,7 +189,7 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("scaling efficiency T1 / TN (%)")
-    handles, labels = _panel_legend(axes)
+    handles, labels = panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.01))
     fig.suptitle(f"Scaling efficiency vs GPUs by {axis_title(panel_axis)} (weak scaling, simulated"
                  f"{DODGE_NOTE if len(lines) > 1 else ''})\n{name}: {describe_fixed(sim)}", fontsize=10)
@@ -248,7 +227,7 @@ def plot_breakdown(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel("time per iteration (ms)")
-    handles, labels = _panel_legend(axes)
+    handles, labels = panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, bbox_to_anchor=(0.5, -0.02))
     scale = "" if shared else " (each panel its own time scale)"
     fig.suptitle(f"Where one iteration's time goes (simulated){scale}{note}\n{name}: {describe_fixed(sim)}", fontsize=10)
@@ -270,7 +249,7 @@ def plot_compare(data: pd.DataFrame, axis: str, series_axes: list[str], name: st
     bars = bars[:MAX_SERIES]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) * max(1, len(bars)) ** 0.5 + 3), 4.8))
     width = 0.8 / len(bars)
-    for j, (color, b) in enumerate(zip(_colors(len(bars)), bars, strict=False)):
+    for j, (color, b) in enumerate(zip(series_colors(len(bars)), bars, strict=False)):
         ys = []
         for g in groups:
             sel = at[at[axis].astype(str) == g]

@@ -13,12 +13,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+import matplotlib
 
-from experiments.plot_style import save_figure
-from experiments.plots import MARKERS, _colors, _panel_legend, describe_fixed, plt
-from experiments.tables import axis_title, with_none_labels
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+from experiments.plot_style import MARKERS, panel_legend, save_figure, series_colors  # noqa: E402
+from experiments.tables import axis_title, describe_fixed, with_none_labels  # noqa: E402
 
 
 def _axes_roles(df: pd.DataFrame, axes: list[str]) -> tuple[str | None, list[str], list[str]]:
@@ -77,7 +80,7 @@ def plot_run_metric(df: pd.DataFrame, axes_order: list[str], name: str, stem: Pa
     groups = _panels(data, panels)
     fig, axes = _grid(len(groups))
     line_names = [k for k, _ in _lines(df, lines)]  # the same colour per line in every plot
-    colors = dict(zip(line_names, _colors(len(line_names)), strict=False))
+    colors = dict(zip(line_names, series_colors(len(line_names)), strict=False))
     for ax, (panel_title, part) in zip(axes.flat, groups, strict=False):
         for i, (line, sel) in enumerate(_lines(part, lines)):
             sel = sel.sort_values(x) if x else sel
@@ -99,7 +102,7 @@ def plot_run_metric(df: pd.DataFrame, axes_order: list[str], name: str, stem: Pa
         ax.set_xlabel(f"{axis_title(x)} ({x})" if x else "point")
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
-    handles, labels = _panel_legend(axes)
+    handles, labels = panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.01))
     rows = math.ceil(len(labels) / 3)
     fig.suptitle(f"{title}\n{name}: {describe_fixed(df)}, {int(df['iterations'].iloc[0])} iterations per point",

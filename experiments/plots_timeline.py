@@ -10,9 +10,13 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from experiments.plot_style import save_figure
-from experiments.plots import plt
-from sim.errors import ConfigError
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from experiments.plot_style import save_figure  # noqa: E402
+from sim.errors import ConfigError  # noqa: E402
 
 CATEGORIES = (  # (label, color, hatch, test on the span's name)
     ("forward", "#4c72b0", "", lambda n: n.startswith(("fwd", "forward")) or bool(re.fullmatch(r"F\d+", n))),

@@ -11,6 +11,28 @@ RUN_COLUMN = "effective_samples_per_s"
 """A results table with this column holds multi-iteration runs (experiment ``iterations:``)."""
 
 
+DESCRIBE_COLUMNS = (  # (column, how a subtitle writes it)
+    ("model", "{}"), ("batch_size", "batch {}/GPU"), ("gpu", "{}"), ("gpus_per_node", "{} GPUs/node"),
+    ("intra_link", "intra {}"), ("inter_link", "inter {}"), ("strategy", "{}"), ("collective", "{}"),
+    ("precision", "{}"),
+)
+
+
+def describe_fixed(df: pd.DataFrame) -> str:
+    """The config columns that are the same in every row, as a short line for subtitles."""
+    parts = []
+    one_per_node = "gpus_per_node" in df.columns and set(df["gpus_per_node"]) == {1}
+    for column, fmt in DESCRIBE_COLUMNS:
+        if column == "intra_link" and one_per_node:
+            continue  # no intra-node link in use
+        if column in df.columns and df[column].nunique(dropna=False) == 1:
+            value = df[column].iloc[0]
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            parts.append(fmt.format(value))
+    return ", ".join(parts)
+
+
 def is_run_table(df: pd.DataFrame) -> bool:
     return RUN_COLUMN in df.columns
 

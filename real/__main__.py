@@ -93,6 +93,6 @@ def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None
 
 
 if __name__ == "__main__":
-    from real.worker import exit_skipping_teardown
+    from real.lifecycle import exit_skipping_teardown
 
     exit_skipping_teardown(main())

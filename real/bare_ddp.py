@@ -66,8 +66,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from real.lifecycle import die_with_parent_from_env
-    from real.worker import exit_skipping_teardown
+    from real.lifecycle import die_with_parent_from_env, exit_skipping_teardown
 
     die_with_parent_from_env()
     exit_skipping_teardown(main(sys.argv))

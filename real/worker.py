@@ -29,7 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from real.lifecycle import PARENT_ENV, die_with_parent
+from real.lifecycle import PARENT_ENV, die_with_parent, exit_skipping_teardown
 
 WATCHDOG_GRACE_S = 5.0
 LIVENESS_INTERVAL_S = 0.5
@@ -248,15 +248,6 @@ def _dispatch(ctx: Context) -> dict[str, Any] | None:
 
         return run_async_ps(ctx)
     raise ValueError(f"unknown job kind {kind!r}")
-
-
-def exit_skipping_teardown(status: int) -> None:
-    """Flush and end the rank process without the interpreter's teardown: objects still holding
-    gloo threads (a DDP reducer, a process group) abort it at exit now and then ("terminate called
-    without an active exception", DESIGN.md), which turned finished runs into failed ones."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 def main(argv: list[str]) -> None:
