@@ -99,7 +99,7 @@ class Strategy:
     """Override of the codec's per-element local-sum cost (set by calibration)."""
     codec_encode_ns_per_elem: float | None = None
     """Measured encode cost per gradient element (replaces the memory roofline; set by
-    calibration, validation/codec_bench.py); None: the roofline."""
+    calibration, real/codec_bench.py); None: the roofline."""
     codec_decode_ns_per_elem: float | None = None
     """Measured decode (+ add into the accumulator) cost per element per decoded copy
     (replaces the roofline); None: the roofline."""

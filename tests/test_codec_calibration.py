@@ -1,6 +1,6 @@
 """Calibrated codec costs: the per-element encode/decode terms against their formulas, where the
 encode runs (the compute stream, at the hand-off), the strategy fields' validation, and the
-microbenchmark's parsing (validation/codec_bench.py) on synthetic rows."""
+microbenchmark's parsing (real/codec_bench.py) on synthetic rows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from real.codec_bench import CODEC_OPS_FILE, codec_ops_for, op_costs_ns
 from sim.codecs import CODECS
 from sim.config import scenario_from_dict
 from sim.costs.codecs import compressed_sync, decode_sum_time_s, encode_time_s
@@ -17,7 +18,6 @@ from sim.errors import ConfigError
 from sim.simulate import simulate
 from sim.strategy import strategy_from_dict
 from tests.test_codecs import GPU, one_node
-from validation.codec_bench import CODEC_OPS_FILE, codec_ops_for, op_costs_ns
 
 E4M3, FP16 = CODECS["fp8_e4m3"], CODECS["fp16"]
 
@@ -149,9 +149,9 @@ def test_codec_ops_for_reads_the_nearest_world_size(tmp_path):
 
 
 def test_validation_scenario_takes_the_calibrated_codec_costs(tmp_path):
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
     from tests.test_validation import _calibration
-    from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import sim_scenario
 
@@ -181,9 +181,9 @@ def test_first_bucket_cap_defaults_to_ddp_and_can_equal_the_bucket_cap():
 @pytest.mark.parametrize(("codec", "wire"), [("fp8", "gloo_loopback_n2_allgather"), ("fp16", "gloo_loopback_n2"),
                                              ("fp32", "gloo_loopback_n2")])
 def test_validation_uses_the_fit_of_the_collective_the_hook_runs(tmp_path, codec, wire):
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
     from tests.test_validation import _calibration_with_fit
-    from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import sim_scenario
 

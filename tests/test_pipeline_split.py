@@ -121,7 +121,7 @@ def test_overhead_adds_one_o_per_pass_on_the_critical_path(p, m, schedule):
 @pytest.mark.parametrize(("p", "m", "o"), [(2, 4, 0.8e-3), (4, 8, 2e-3), (4, 2, 0.0)])
 def test_bench_inversion_recovers_the_overhead(p, m, o):
     """A benchmark row whose step time the simulator itself produced with overhead o gives back o."""
-    from validation.pipeline_bench import bench_scenario, overhead_per_pass_s
+    from real.pipeline_bench import bench_scenario, overhead_per_pass_s
 
     catalog = builtin_catalog().extended(IDEAL, where="test")
     row = {"ranks": p, "micro_batches": m, "micro_batch": 2, "stage_fwd_s": 1e-4, "stage_bwd_s": 2e-4}
@@ -131,7 +131,7 @@ def test_bench_inversion_recovers_the_overhead(p, m, o):
 
 
 def test_micro_batch_profiles_join_the_calibration_and_the_overhead_is_the_nearest_depth(tmp_path):
-    from validation.pipeline_bench import (
+    from real.pipeline_bench import (
         PIPELINE_FILE,
         micro_batch_calibration,
         pipeline_overhead_for,
@@ -183,7 +183,7 @@ def test_pipeline_point_takes_micro_batch_profiles_at_the_busy_stage_count(tmp_p
     per-micro-batch stage times are pipeline.yaml's batch-8 profile (not device.yaml's batch 32 / 4)
     interpolated between k = 1 and 2 at k_eff = sum W / max W, the loss after the last layer,
     plus the calibrated overhead per pass."""
-    from validation.pipeline_bench import PIPELINE_FILE
+    from real.pipeline_bench import PIPELINE_FILE
     from validation.points import pipeline_calibrated
 
     names = ["0", "3", "6", "10", "12"]
@@ -215,7 +215,7 @@ def test_pipeline_micro_batch_profile_is_scaled_like_the_full_batch_profile_to_i
     step / profile (forward and backward apart) from a k whose step ran with the profile's
     threads per rank (the 2-thread 1-rank step is not used for one-thread stages); that step
     holds the loss, so no loss residual is added."""
-    from validation.pipeline_bench import PIPELINE_FILE
+    from real.pipeline_bench import PIPELINE_FILE
     from validation.points import pipeline_calibrated, stage_step_scale
 
     names = ["0", "3", "6", "10", "12"]
@@ -252,7 +252,7 @@ def test_pipeline_micro_batch_step_sets_the_stage_compute_over_the_full_batchs(t
     """With the whole step measured at the micro-batch (k = 2, one thread), the stage times come
     from it: at k = 2 the layers sum to that step's forward and backward, and the 1-rank profile
     is scaled by the micro-batch's own step / profile ratio, not the full batch's."""
-    from validation.pipeline_bench import PIPELINE_FILE
+    from real.pipeline_bench import PIPELINE_FILE
     from validation.points import pipeline_calibrated
 
     names = ["0", "3", "6", "10", "12"]
@@ -285,7 +285,7 @@ def test_pipeline_micro_batch_step_sets_the_stage_compute_over_the_full_batchs(t
 def test_pipeline_overhead_follows_the_stage_compute_between_measured_stage_sizes(tmp_path):
     """Stages of several sizes measured: o is linear in the busiest stage's pass time between
     them and held beyond; without a pass time (or by_stage) it is the tiny stage's o."""
-    from validation.pipeline_bench import PIPELINE_FILE, pipeline_overhead_for
+    from real.pipeline_bench import PIPELINE_FILE, pipeline_overhead_for
 
     (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {4: {
         "overhead_per_pass_s": 0.1e-3,
@@ -302,7 +302,7 @@ def test_pipeline_overhead_moves_from_unbalanced_to_equal_stages_with_the_busy_s
     """Equal and unbalanced stage variants measured: o follows each group's curve in the pass
     time and, between the groups' busy-stage counts, is linear in k_eff (held beyond); without
     k_eff it is the equal stages' curve."""
-    from validation.pipeline_bench import PIPELINE_FILE, pipeline_overhead_for
+    from real.pipeline_bench import PIPELINE_FILE, pipeline_overhead_for
 
     (tmp_path / PIPELINE_FILE).write_text(yaml.safe_dump({"world_sizes": {2: {
         "overhead_per_pass_s": 0.3e-3,
@@ -323,7 +323,7 @@ def test_pipeline_overhead_moves_from_unbalanced_to_equal_stages_with_the_busy_s
 def test_bench_stage_times_keep_the_ranks_ratios_at_the_slowest_ranks_level():
     """Own-clock means give the stages' ratios; the busiest stage's pass is set to the
     slowest-rank mean (which holds the waits for a core)."""
-    from validation.pipeline_bench import stage_summary, stage_times_by_rank
+    from real.pipeline_bench import stage_summary, stage_times_by_rank
 
     row = {"ranks": 2, "stage_fwd_s": 2e-3, "stage_bwd_s": 4e-3}
     out = stage_times_by_rank(row, [1e-3, 0.1e-3], [2e-3, 0.2e-3])  # own passes 3 and 0.3 ms
@@ -338,7 +338,7 @@ def test_bench_stage_times_keep_the_ranks_ratios_at_the_slowest_ranks_level():
 
 def test_unbalanced_bench_stages_reach_the_simulator_per_rank(tmp_path):
     """bench_scenario gives each stage its own measured times when the row has them."""
-    from validation.pipeline_bench import bench_scenario, stage_depths
+    from real.pipeline_bench import bench_scenario, stage_depths
 
     assert stage_depths({"depths": [24, 1]}, 4) == [24, 1, 1, 1]
     assert stage_depths({"depth": 8}, 2) == [8, 8]
@@ -353,7 +353,7 @@ def test_unbalanced_bench_stages_reach_the_simulator_per_rank(tmp_path):
 @given(st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=6, unique_by=lambda t: t[0]),
        st.floats(-1, 2))
 def test_piecewise_linear_stays_within_its_points_and_passes_through_them(points, x):
-    from validation.microbench import piecewise_linear
+    from real.calib_lookup import piecewise_linear
 
     points = sorted(points)
     y = piecewise_linear(points, x)

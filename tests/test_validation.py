@@ -166,8 +166,8 @@ def _calibration_with_fit(directory: Path, **fit) -> None:
 
 @pytest.mark.parametrize(("factor", "status"), [(1.05, 0), (0.97, 0), (2.0, 1)])
 def test_exit_code_follows_the_threshold(tmp_path, factor, status):
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
-    from validation.calib import calibrated_catalog
     from validation.points import predict
 
     cal_dir = tmp_path / "cal"
@@ -226,7 +226,7 @@ def test_colocation_factor_is_processor_sharing():
 
 
 def test_fp16_reduce_cost_from_same_wire_bytes():
-    from validation.microbench import reduce_cost_ns
+    from real.microbench import reduce_cost_ns
 
     n, e = 2, 2**20
     rows = [{"dtype": "fp16", "elems": e, "time_s": 0.012}, {"dtype": "fp32_half", "elems": e, "time_s": 0.002},
@@ -237,8 +237,8 @@ def test_fp16_reduce_cost_from_same_wire_bytes():
 
 
 def test_coarse_calibration_splits_a_block_by_flops(tmp_path):
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
-    from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import sim_scenario
 
@@ -386,7 +386,7 @@ def test_median_per_size_takes_each_size_from_its_median_launch():
 
 def test_pipeline_micro_batch_profiles_keep_the_median_launch_per_k(monkeypatch):
     import real.calibrate
-    from validation.pipeline_bench import profile_micro_batches
+    from real.pipeline_bench import profile_micro_batches
 
     sums = {1: iter([0.030, 0.010, 0.012]), 2: iter([0.020, 0.090, 0.025])}  # one slow launch each
     calls: list[int] = []
@@ -419,9 +419,10 @@ def test_pipeline_micro_batch_profiles_keep_the_median_launch_per_k(monkeypatch)
 def test_framework_overhead_is_the_residual_of_the_models_own_link(tmp_path):
     """DDP step - local step - the simulator's allreduce of that gradient on the calibrated
     loopback link; never negative; one rank subtracts nothing (it sends nothing)."""
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
     from sim.cluster import Cluster
-    from validation.calib import calibrated_catalog, framework_overhead_s, predict_collective_s
+    from validation.calib import framework_overhead_s, predict_collective_s
 
     cal_dir = tmp_path / "cal"
     _calibration(cal_dir)
@@ -451,7 +452,7 @@ def test_stall_settings_are_checked(tmp_path, patch, field):
 
 
 def test_stall_is_in_situ_minus_back_to_back_per_size_and_clipped():
-    from validation.stall_bench import STALL_SIZES_BYTES, stall_entry
+    from real.stall_bench import STALL_SIZES_BYTES, stall_entry
 
     small, big = STALL_SIZES_BYTES
     hot = [{small: 0.3e-3, big: 0.9e-3}, {small: 0.4e-3, big: 5.0e-3}, {small: 0.35e-3, big: 1.0e-3}]  # one slow launch
@@ -472,7 +473,7 @@ def test_stall_is_in_situ_minus_back_to_back_per_size_and_clipped():
 def _stall_file(cal_dir: Path, *, with_by_size: bool = True) -> None:
     """2 ranks: back to back 1 KiB 1.4 ms, 1 MiB 1.6 ms; after 0.25 ms of compute 1 KiB no longer
     (1.39 ms), 1 MiB +0.7 ms; after 16 ms both +2.5 ms (the shape of 2026-11-25's calibration)."""
-    from validation.stall_bench import stall_entry
+    from real.stall_bench import stall_entry
 
     small, big = 1024, 1024 * 1024
     hot = [{small: 1.4e-3, big: 1.6e-3}]
@@ -492,7 +493,7 @@ def test_stall_depends_on_the_first_collective_size_in_log_bytes(tmp_path_factor
     size, the mean of the sizes."""
     import math
 
-    from validation.stall_bench import interpolate_stall_s, stall_for
+    from real.stall_bench import interpolate_stall_s, stall_for
 
     cal_dir = tmp_path_factory.mktemp("cal")
     _stall_file(cal_dir, with_by_size=with_by_size)
@@ -508,7 +509,7 @@ def test_stall_depends_on_the_first_collective_size_in_log_bytes(tmp_path_factor
 
 @given(st.floats(0, 0.1))
 def test_stall_interpolation_is_linear_from_zero_and_held_after_the_last_burst(burst_s):
-    from validation.stall_bench import interpolate_stall_s
+    from real.stall_bench import interpolate_stall_s
 
     stalls = {1.0: 0.5e-3, 4.0: 2.0e-3, 16.0: 3.0e-3}
     got = interpolate_stall_s(stalls, burst_s)
@@ -524,8 +525,8 @@ def test_stall_interpolation_is_linear_from_zero_and_held_after_the_last_burst(b
 def test_stall_enters_ddp_and_ps_points_once_per_step_and_not_one_rank(tmp_path):
     """The calibrated stall (nearest world size, at the step's predicted compute) is one
     parameter-free step of the iteration; one rank and a missing file add nothing."""
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
-    from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import sim_scenario as calibrated_scenario
 
@@ -560,12 +561,12 @@ def test_stall_enters_ddp_and_ps_points_once_per_step_and_not_one_rank(tmp_path)
     ("ps_sync", 0.25, "fp32", None),               # the server takes the flat gradient at once
 ])
 def test_stall_is_taken_at_the_first_collectives_wire_bytes(tmp_path, strategy, bucket_mib, codec, expected_bytes):
+    from real.calibrated_links import calibrated_catalog
+    from real.stall_bench import stall_for
     from sim.calibration import load_calibration
     from sim.engine.plan import build_plan
-    from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import first_collective_bytes, sim_scenario
-    from validation.stall_bench import stall_for
 
     cal_dir = tmp_path / "cal"
     _calibration(cal_dir)
@@ -606,8 +607,8 @@ def test_the_emulators_bucket_carries_an_iteration_only_when_it_fits_and_refills
 
 
 def test_points_on_a_bucket_carried_link_are_predicted_on_the_unshaped_fit(tmp_path):
+    from real.calibrated_links import calibrated_catalog
     from sim.calibration import load_calibration
-    from validation.calib import calibrated_catalog
     from validation.config import Point
     from validation.points import predict
 

@@ -239,10 +239,10 @@ def test_noisy_points_are_re_measured_up_to_the_budget(tmp_path, monkeypatch):
 def test_the_command_exits_with_the_verdict_and_says_why(tmp_path, cal_busy, point_busy, status, verdict):
     """`scalebench validate` on a complete record whose launches carry their load: quiet -> PASS
     (0); a busy calibration or busy points -> INCONCLUSIVE (3), the reason in the summary."""
+    from real.calibrated_links import calibrated_catalog
     from scalebench.cli import main
     from sim.calibration import load_calibration
     from tests.test_validation import _calibration, _write
-    from validation.calib import calibrated_catalog
     from validation.config import load_validation_config
     from validation.points import predict
 

@@ -12,6 +12,11 @@ import importlib.util
 from dataclasses import replace
 from typing import Any
 
+from real.calibrated_links import fitted_ranks, link_for
+from real.codec_bench import codec_ops_for
+from real.microbench import reduce_ns_for
+from real.pipeline_bench import micro_batch_calibration, pipeline_overhead_for
+from real.stall_bench import stall_for
 from sim.calibration import (
     Calibration,
     apply_calibration,
@@ -29,12 +34,8 @@ from sim.costs.pipeline import busy_stages
 from sim.engine.pipeline_plan import stage_bounds
 from sim.errors import ConfigError
 from sim.workload import Layer
-from validation.calib import bucket_carries, fitted_ranks, framework_overhead_s, link_for
-from validation.codec_bench import codec_ops_for
+from validation.calib import bucket_carries, framework_overhead_s
 from validation.config import Point
-from validation.microbench import reduce_ns_for
-from validation.pipeline_bench import micro_batch_calibration, pipeline_overhead_for
-from validation.stall_bench import stall_for
 
 CODEC_NAMES = {"fp32": None, "fp16": "fp16", "bf16": "bf16", "fp8": "fp8_e4m3"}
 """The sweep's codec axis -> sim codec / real compression (fp8 runs as e4m3 with a scale)."""
@@ -105,7 +106,7 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
             strategy["codec_reduce_ns_per_elem"] = reduce_ns
     cores = int(cal.device.get("cores") or 1)
     ops = codec_ops_for(cal.path, CODEC_NAMES[point.codec], point.ranks, cores) if CODEC_NAMES[point.codec] else None
-    if ops:  # the hooks' encode/decode measured at this co-location (validation/codec_bench.py)
+    if ops:  # the hooks' encode/decode measured at this co-location (real/codec_bench.py)
         strategy["codec_encode_ns_per_elem"] = ops["encode_ns_per_elem"]
         strategy["codec_decode_ns_per_elem"] = ops["decode_ns_per_elem"]
     spec = {"name": point.id, "workload": {"model": point.model, "batch_size": point.batch_size},
@@ -126,7 +127,7 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
     except ConfigError:
         scenario = apply_coarse_calibration(scenario, cal)
     if point.strategy in ("ddp", "ps_sync"):
-        # the stall of the step's first collective after its compute (validation/stall_bench.py)
+        # the stall of the step's first collective after its compute (real/stall_bench.py)
         burst_s = sum(layer.fwd_time_s + layer.bwd_time_s for layer in scenario.workload.layers)
         stall_s = stall_for(cal.path, point.ranks, burst_s, first_collective_bytes(scenario))
         scenario = with_overhead_step(scenario, "comm_stall", stall_s)
@@ -157,7 +158,7 @@ def pipeline_calibrated(scenario, cal: Calibration):
     times because the pipeline plan gives each micro-batch 1/m of a layer's batch time; and
     torch.distributed.pipelining's own per-pass cost (strategy.pipeline_overhead_s) at p stages,
     at the busiest stage's forward + backward of one micro-batch (a send after more compute costs
-    more: validation/pipeline_bench.py STAGES)."""
+    more: real/pipeline_bench.py STAGES)."""
     m, p = scenario.strategy.micro_batches, scenario.strategy.pp
     w = scenario.workload
     mcal = micro_batch_calibration(cal)
@@ -251,8 +252,8 @@ def with_overhead_step(scenario, name: str, overhead_s: float):
     """A calibrated per-iteration cost as a parameter-free step before the first layer: it holds
     the compute stream and moves no gradient (so the breakdown counts it as compute). Used for
     DDP's own cost (``ddp_framework``: hooks, bucket copies, hand-offs to gloo's threads, on a
-    one-layer model, validation/microbench.py) and for the stall of the step's first collective
-    after compute (``comm_stall``, validation/stall_bench.py)."""
+    one-layer model, real/microbench.py) and for the stall of the step's first collective
+    after compute (``comm_stall``, real/stall_bench.py)."""
     if overhead_s <= 0:
         return scenario
     w = scenario.workload

@@ -225,7 +225,8 @@ def network_all(cfg: ValidationConfig, cal, *, remeasure: bool, progress=print) 
         rows = network_rows(cal, cfg.network, timeout_s=cfg.timeout_s, progress=progress)
         atomic_write_json(path, {"rows": rows}, strict=False)
         return rows
-    from validation.calib import calibrated_catalog, held_out_row
+    from real.calibrated_links import calibrated_catalog
+    from validation.calib import held_out_row
 
     catalog = calibrated_catalog(cal)
     return [held_out_row(cal, catalog, r) for r in cached]  # predictions follow the current model
@@ -237,8 +238,9 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
     (validation/noise.py). What is measured follows the record in ``cfg.out`` (validation/record.py):
     a complete record is replayed, an incomplete one of this machine resumed, any other started
     anew; ``replay`` measures nothing and refuses an incomplete record (ConfigError)."""
+    from real.calibrated_links import calibrated_catalog
     from validation import record
-    from validation.calib import calibrated_catalog, ensure_calibration
+    from validation.calib import ensure_calibration
     from validation.compare import compare, load_text
     from validation.noise import calibration_noise, decide
     from validation.report import write_outputs

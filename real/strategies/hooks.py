@@ -81,7 +81,7 @@ def _decode(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 # The hooks' work before and after their collective, as functions of their own so that
-# validation/codec_bench.py times exactly these operations.
+# real/codec_bench.py times exactly these operations.
 def allreduce_encode(buffer: torch.Tensor, fmt: Format, world: int) -> torch.Tensor:
     """Runs in DDP's autograd hook, on the backward thread: average, cast to the wire format."""
     return buffer.div(world).to(fmt.dtype)

@@ -33,7 +33,7 @@ def is_identity(codec: Codec, src_bytes: int) -> bool:
 def encode_time_s(elems: float, src_bytes: int, codec: Codec, gpu: GPU, ns_per_elem: float | None = None) -> float:
     """Read the gradient, write the wire format: t = elems (src + b_c) / memory bandwidth
     (plus a max-abs pass for a scaled format: + elems src / memory bandwidth).
-    Calibrated (``ns_per_elem``, validation/codec_bench.py: the harness' own encode timed on this
+    Calibrated (``ns_per_elem``, real/codec_bench.py: the harness' own encode timed on this
     machine, co-location included): t = elems x ns_per_elem. On CPUs torch's casts run far below
     the memory roofline (DESIGN.md 'Observed'; codec_bench measured 5-8 ns per element for fp8
     against about 0.5 ns for the roofline)."""
@@ -50,7 +50,7 @@ def decode_sum_time_s(elems: float, copies: float, src_bytes: int, codec: Codec,
     """Decode ``copies`` encoded tensors and add each into an accumulator in the compute dtype:
     t = copies x elems x (b_c + 2 src) / memory bandwidth + copies x elems x reduce cost.
     Calibrated (``decode_ns_per_elem``: the harness' decode and fp32 add, timed per element per
-    copy, validation/codec_bench.py): t = copies x elems x decode_ns_per_elem (the add is inside
+    copy, real/codec_bench.py): t = copies x elems x decode_ns_per_elem (the add is inside
     the measurement, so the reduce cost is not added again)."""
     if is_identity(codec, src_bytes):
         return copies * elems * reduce_ns_per_elem * 1e-9

@@ -71,7 +71,7 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
     bwd = [b / tp + c for (_, b), c in zip(times, tp_comm, strict=True)]
     bounds = stage_bounds(scenario, [f + b for f, b in zip(fwd, bwd, strict=True)])
     # the framework's own cost per micro-batch pass per stage (strategy.pipeline_overhead_s,
-    # calibrated by validation/pipeline_bench.py): stage pass = its layers + overhead
+    # calibrated by real/pipeline_bench.py): stage pass = its layers + overhead
     over_s = strategy.pipeline_overhead_s
     stages = []
     for s, (lo, hi) in enumerate(bounds):

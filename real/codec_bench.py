@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from real.bench_ranks import run_as_rank, run_ranks, timed
+from real.calib_lookup import nearest_world_size
 from sim.fileio import atomic_write_text
 
 CODEC_OPS_FILE = "codec_ops.yaml"
@@ -50,12 +52,11 @@ def _hook_ops(buffer, fmt, world: int):
 
 def run_ops(job: dict[str, Any]) -> list[dict[str, Any]]:
     """One rank's rows: (codec, elems, world, encode_s, decode_s), each the mean over repeats of
-    the slowest rank (validation.microbench._timed)."""
+    the slowest rank (real/bench_ranks.py ``timed``)."""
     import torch
     import torch.distributed as dist
 
     from real.strategies.hooks import FORMATS
-    from validation.microbench import _timed
 
     world = dist.get_world_size()
     gen = torch.Generator().manual_seed(dist.get_rank())
@@ -66,8 +67,8 @@ def run_ops(job: dict[str, Any]) -> list[dict[str, Any]]:
             fmt = FORMATS[HOOK_CODECS[codec]]
             encode, decode = _hook_ops(buffer, fmt, world)
             rows.append({"codec": codec, "path": fmt.path, "elems": elems, "world": world,
-                         "encode_s": _timed(encode, job["iterations"], job["warmup"]),
-                         "decode_s": _timed(decode, job["iterations"], job["warmup"])})
+                         "encode_s": timed(encode, job["iterations"], job["warmup"]),
+                         "decode_s": timed(decode, job["iterations"], job["warmup"])})
     return rows
 
 
@@ -89,10 +90,8 @@ def op_costs_ns(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def measure_codec_ops(n: int, *, iterations: int = 10, warmup: int = 2, timeout_s: float = 300,
                       sizes_elems: tuple[int, ...] = SIZES_ELEMS,
                       codecs: tuple[str, ...] = tuple(HOOK_CODECS)) -> list[dict[str, Any]]:
-    from validation.microbench import run_ranks
-
     return run_ranks(n, {"kind": "codec_ops", "sizes_elems": list(sizes_elems), "codecs": list(codecs),
-                         "iterations": iterations, "warmup": warmup}, timeout_s=timeout_s)
+                         "iterations": iterations, "warmup": warmup}, module="real.codec_bench", timeout_s=timeout_s)
 
 
 def calibrate_codec_ops(directory: str | Path, ranks: tuple[int, ...] = (2, 4), progress=print) -> dict[str, Any]:
@@ -111,7 +110,6 @@ def codec_ops_for(cal_dir: str | Path, codec: str, ranks: int, cores: int | None
     given: x colocation_factor(cores, ranks) / colocation_factor(cores, k) (sim/costs/colocation.py;
     measured on 2 cores: fp8 decode 9.9 ns at k=2, 20.5 at k=4, the factor's 2x). None: not calibrated."""
     from sim.costs.colocation import colocation_factor
-    from validation.microbench import nearest_world_size
 
     found = nearest_world_size(Path(cal_dir) / CODEC_OPS_FILE, ranks)
     if found is None:
@@ -122,3 +120,7 @@ def codec_ops_for(cal_dir: str | Path, codec: str, ranks: int, cores: int | None
         return ops
     scale = colocation_factor(cores, ranks) / colocation_factor(cores, nearest)
     return {key: value * scale for key, value in ops.items()}
+
+
+if __name__ == "__main__":  # one rank (real/bench_ranks.py)
+    run_as_rank(run_ops)

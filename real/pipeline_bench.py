@@ -15,21 +15,20 @@ forward or backward pass per stage beyond the stage's compute and the wire, per 
 read by ``pipeline_overhead_for``. No validation point is involved: the model, batch and stages
 are the benchmark's own.
 
-``python -m validation.pipeline_bench JOB.json`` is one rank (RANK, WORLD_SIZE, MASTER_* set).
+``python -m real.pipeline_bench JOB.json`` is one rank (real/bench_ranks.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from real.bench_ranks import run_as_rank, run_ranks, timed
+from real.calib_lookup import piecewise_linear
 from sim.fileio import atomic_write_text
 
 PIPELINE_FILE = "pipeline.yaml"
@@ -50,22 +49,13 @@ shared cores when every stage computes (2 equal stages: o 0.28, 0.44, 0.52, 0.71
 and 0.25 ms ones: o 0.01-0.07 ms); validation/stall_bench.py has the collectives' side."""
 
 
-def _rank_main(job_file: str) -> None:
-    from real.binding import bind_from_env
-    from sim.costs.colocation import threads_per_rank
-
-    threads = threads_per_rank(os.cpu_count() or 1, int(os.environ["WORLD_SIZE"]))
-    bind_from_env(threads)
+def _rank_body(job: dict[str, Any]) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
-    job = json.loads(Path(job_file).read_text())
-    torch.set_num_threads(threads)
-    dist.init_process_group("gloo")
     rank, p = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
-    width, depth, micro_batch = (int(job.get(k, d)) for k, d in (("width", WIDTH), ("depth", 1),
-                                                                ("micro_batch", MICRO_BATCH)))
+    width, micro_batch = (int(job.get(k, d)) for k, d in (("width", WIDTH), ("micro_batch", MICRO_BATCH)))
     depths = stage_depths(job, p)
     module = stage_module(width, depths[rank])
     out = []
@@ -78,10 +68,7 @@ def _rank_main(job_file: str) -> None:
         dist.all_gather(every, mine)
         out.append({**row, "cpu_per_rank_s": float(cpu) / p, "depths": depths,
                     **stage_times_by_rank(row, [float(t[0]) for t in every], [float(t[1]) for t in every])})
-    if rank == 0:
-        Path(job["out"]).write_text(json.dumps(out))
-    dist.barrier()
-    dist.destroy_process_group()
+    return out
 
 
 def stage_times_by_rank(row: dict[str, Any], own_fwd_s: list[float], own_bwd_s: list[float]) -> dict[str, list[float]]:
@@ -121,8 +108,6 @@ def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int, 
     import torch
     from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
 
-    from validation.microbench import _timed
-
     x, y = torch.randn(m * micro_batch, width), torch.randn(m * micro_batch, width)
     stage = PipelineStage(module, rank, p, torch.device("cpu"))
     schedule = ScheduleGPipe(stage, n_microbatches=m, loss_fn=torch.nn.MSELoss())
@@ -137,12 +122,12 @@ def _bench_one(module, rank: int, p: int, m: int, iterations: int, warmup: int, 
             schedule.step()
 
     cpu0 = time.process_time()
-    t_pipe = _timed(step, iterations, warmup)
+    t_pipe = timed(step, iterations, warmup)
     cpu_s = (time.process_time() - cpu0) / (iterations + warmup)
     mb = x[:micro_batch].clone().requires_grad_(True)
     grad = torch.ones(micro_batch, width)
-    t_fwd, own_fwd = (_timed(lambda: module(mb), iterations * 4, warmup, own=own) for own in (False, True))
-    t_both, own_both = (_timed(lambda: module(mb).backward(grad), iterations * 4, warmup, own=own)
+    t_fwd, own_fwd = (timed(lambda: module(mb), iterations * 4, warmup, own=own) for own in (False, True))
+    t_both, own_both = (timed(lambda: module(mb).backward(grad), iterations * 4, warmup, own=own)
                         for own in (False, True))
     return {"ranks": p, "micro_batches": m, "micro_batch": micro_batch, "width": width, "step_s": t_pipe,
             "cpu_s": cpu_s, "stage_fwd_s": t_fwd, "stage_bwd_s": max(0.0, t_both - t_fwd),
@@ -154,11 +139,9 @@ def measure_pipeline(p: int, *, micro_batches: tuple[int, ...] = MICRO_BATCHES, 
                      warmup: int = 3, timeout_s: float = 300, stage: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """Run the benchmark on p co-located gloo ranks (``stage``: width, depth, micro_batch of each
     stage; the tiny one-layer stage by default); rank 0's rows."""
-    from validation.microbench import run_ranks
-
     job = {"micro_batches": list(micro_batches), "iterations": iterations, "warmup": warmup, "kind": "pipeline",
            **(stage or {})}
-    return run_ranks(p, job, timeout_s=timeout_s, module="validation.pipeline_bench")
+    return run_ranks(p, job, timeout_s=timeout_s, module="real.pipeline_bench")
 
 
 def bench_scenario(row: dict[str, Any], link_name: str, catalog, device_name: str, overhead_s: float):
@@ -262,8 +245,8 @@ def calibrate_pipeline(directory: str | Path, ranks: tuple[int, ...] = (2, 4), m
     ``micro_batches`` ({model: micro-batch size}) also those models' per-layer profiles and whole
     steps at that size (``workloads``), for ``micro_batch_calibration``. Needs the calibration's
     device and sendrecv fits (run after ``real.calibrate.calibrate``)."""
+    from real.calibrated_links import calibrated_catalog, link_for
     from sim.calibration import load_calibration
-    from validation.calib import calibrated_catalog, link_for
 
     cal = load_calibration(directory)
     catalog = calibrated_catalog(cal)
@@ -323,8 +306,6 @@ def pipeline_overhead_for(cal_dir: str | Path, ranks: int, pass_s: float | None 
     variants = entry.get("by_stage") or []
     if pass_s is None or not variants:
         return float(entry["overhead_per_pass_s"])
-    from validation.microbench import piecewise_linear
-
     def curve(group: list[dict[str, Any]]) -> float:
         return piecewise_linear(sorted((float(b["pass_s"]), float(b["overhead_per_pass_s"])) for b in group), pass_s)
 
@@ -343,9 +324,4 @@ def pipeline_overhead_for(cal_dir: str | Path, ranks: int, pass_s: float | None 
 
 
 if __name__ == "__main__":
-    from real.lifecycle import die_with_parent_from_env
-    from real.worker import exit_skipping_teardown
-
-    die_with_parent_from_env()
-    _rank_main(sys.argv[1])
-    exit_skipping_teardown(0)
+    run_as_rank(_rank_body)

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 
+from real.calib_lookup import nearest_world_size, piecewise_linear
 from sim.fileio import atomic_write_text
-from validation.microbench import nearest_world_size, piecewise_linear
 
 STALL_FILE = "comm_stall.yaml"
 STALL_SIZES_BYTES = (1024, 1024 * 1024)
