@@ -98,7 +98,7 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
     algorithm and protocol checked against what that library offers."""
     backend = strategy.backend or default_backend(cluster.gpu)
     library = BACKENDS[backend]
-    composed = ("auto", "hierarchical", "ps")
+    composed = ("auto", "hierarchical", "hierarchical_root", "ps")
     if strategy.collective not in composed and strategy.collective not in library.algorithms:
         raise ConfigError("strategy.collective", strategy.collective,
                           f"one of {', '.join(composed + library.algorithms)} with backend {backend}")
@@ -106,6 +106,9 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
         raise ConfigError("strategy.protocol", strategy.protocol,
                           f"auto with backend {backend}" if not library.protocols
                           else f"one of auto, {', '.join(library.protocols)} with backend {backend}")
+    if strategy.root_collective is not None and strategy.root_collective not in library.algorithms:
+        raise ConfigError("strategy.root_collective", strategy.root_collective,
+                          f"one of {', '.join(library.algorithms)} with backend {backend}")
     for field in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
         if getattr(strategy, field) is not None and backend != "nccl":
             raise ConfigError(f"strategy.{field}", getattr(strategy, field), "only with backend nccl (NCCL's socket transport)")

@@ -22,6 +22,28 @@ documentation or source, never from a result to match:
   chainermn/optimizers.py _DoubleBufferingOptimizer).
 - tf_ps: TensorFlow's parameter servers on their own hosts (tf.train.replica_device_setter,
   between-graph replication): every variable's shard pushed and pulled over gRPC (TCP).
+- tf_ps_0.12: TensorFlow 0.12 as the ChainerMN 2017 comparison ran it: parameter-server tasks on
+  the worker nodes (the post: 'Parameter servers are different processes on the same nodes as
+  those of workers'; set ``ps_servers``, n-1 there), each variable whole on one task in turn
+  (replica_device_setter's round-robin), one RecvTensor per variable and direction over TF 0.12's
+  gRPC, whose copies cap a stream near 569 MB/s (sim/costs/ps.py PS_RPCS grpc_tf0).
+- mxnet_ps: MXNet 0.9's dist_sync kvstore (src/kvstore/kvstore_dist.h): one worker per machine
+  sums its GPUs' gradients (KVStoreLocal's Reduce), then pushes each key to the servers, one
+  server per machine (tools/launch.py starts as many servers as workers); a key of at least
+  MXNET_KVSTORE_BIGARRAY_BOUND = 10^6 elements split over every server, a smaller one whole on
+  server (key x 9973) mod P; pushes and pulls over ps-lite's ZeroMQ TCP sockets, key by key as
+  backward produces them (its engine's priorities: overlap).
+- cntk: CNTK 2.0 (Jan 2017) data-parallel SGD, OpenMPI 1.10.3 + NCCL inside a node: the
+  gradients aggregated after backward (SimpleDistGradAggregator), a reduce to one GPU per node,
+  an MPI allreduce among the nodes, a broadcast back (as ChainerMN 2017's hierarchical
+  communicator; the post: 'MPI allreduce (OpenMPI 1.10.3) + NCCL intra-node').
+- caffe2_gloo: Caffe2 + Gloo as Goyal et al. 2017 ran ResNet-50 on 352 GPUs (section 4): per
+  server a reduce of the 8 GPUs' gradients, a recursive halving/doubling allreduce among the
+  servers (gloo allreduce_halving_doubling), a broadcast back; 'pipelined with backprop' (each
+  gradient blob reduced as soon as backward produced it: one bucket per layer).
+- horovod (above) negotiates every cycle point to point with its coordinator (Horovod
+  0.9-0.13.2: sim/costs/coordination.py horovod_p2p); horovod_0.21 agrees through its response
+  cache (>= 0.16.2: horovod_cached).
 """
 
 from __future__ import annotations
@@ -32,11 +54,20 @@ from sim.errors import require_choice
 
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     "pytorch_ddp": {"bucket_mib": 25.0, "first_bucket_mib": 1.0, "overlap": True, "comm_slows_compute": True},
-    "horovod": {"fusion_mib": 64.0, "cycle_time_ms": 5.0, "overlap": True, "comm_slows_compute": True},
-    "horovod_0.21": {"fusion_mib": 128.0, "cycle_time_ms": 1.0, "overlap": True, "comm_slows_compute": True},
-    "chainermn_2017": {"bucket_mib": 1e9, "overlap": False},
+    "horovod": {"fusion_mib": 64.0, "cycle_time_ms": 5.0, "overlap": True, "comm_slows_compute": True,
+                "negotiation": "horovod_p2p"},
+    "horovod_0.21": {"fusion_mib": 128.0, "cycle_time_ms": 1.0, "overlap": True, "comm_slows_compute": True,
+                     "negotiation": "horovod_cached"},
+    "chainermn_2017": {"bucket_mib": 1e9, "overlap": False, "collective": "hierarchical_root", "backend": "mpi"},
     "chainermn": {"bucket_mib": 1e9, "overlap": False, "double_buffering": True, "comm_slows_compute": True},
     "tf_ps": {"collective": "ps", "ps_layout": "dedicated", "overlap": True},
+    "tf_ps_0.12": {"collective": "ps", "ps_layout": "colocated", "ps_placement": "round_robin", "ps_rpc": "grpc_tf0",
+                   "overlap": True},
+    "mxnet_ps": {"collective": "ps", "ps_layout": "colocated_aggregated", "ps_placement": "mxnet_keys",
+                 "ps_rpc": "ps_lite_zmq", "overlap": True, "bucket_mib": 1e-6, "first_bucket_mib": 1e-6},
+    "cntk": {"collective": "hierarchical_root", "backend": "mpi", "bucket_mib": 1e9, "overlap": False},
+    "caffe2_gloo": {"collective": "hierarchical_root", "backend": "gloo", "root_collective": "halving_doubling",
+                    "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": True},
 }
 
 

@@ -81,6 +81,10 @@ class IterationResult:
     is per replica: a pipeline of p stages x t tensor ranks processes one batch per iteration."""
     codec_time_s: float = 0.0
     """Encode, decode and local sums of compressed gradients (inside comm_time_s)."""
+    coordination_time_s: float = 0.0
+    """The framework's coordination per iteration (Horovod's negotiation of ready tensors on its
+    coordinator: sim/costs/coordination.py), on its own thread, overlapped or not; where it delays
+    a reduction, the delay is part of exposed_comm_time_s."""
     bubble_time_s: float = 0.0
     """Pipeline: time the busiest stage sits idle inside the forward/backward schedule."""
     tp_comm_time_s: float = 0.0
@@ -142,6 +146,7 @@ class IterationResult:
             "fidelity": self.fidelity,
             "data_parallel": self.replicas,
             "codec_time_s": self.codec_time_s,
+            "coordination_time_s": self.coordination_time_s,
             "bubble_time_s": self.bubble_time_s,
             "tp_comm_time_s": self.tp_comm_time_s,
             "pp_comm_time_s": self.pp_comm_time_s,

@@ -35,7 +35,9 @@ def field_types() -> dict[str, Any]:
     from sim.codecs import CODEC_PATHS, CODECS
     from sim.config import FIDELITIES, FLOW_ENGINES
     from sim.costs.backends import BACKENDS
+    from sim.costs.coordination import NEGOTIATIONS
     from sim.costs.pipeline import STAGE_BALANCES
+    from sim.costs.ps import PS_RPCS
     from sim.costs.staleness import STALENESS_PENALTIES
     from sim.frameworks import FRAMEWORKS
     from sim.strategy import (
@@ -86,6 +88,8 @@ def field_types() -> dict[str, Any]:
         "strategy.fusion_mib": NUM_POS, "strategy.cycle_time_ms": NUM_NONNEG,
         "strategy.iteration_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
         "strategy.double_buffering": BOOL, "strategy.ps_layout": _enum(PS_LAYOUTS),
+        "strategy.negotiation": _enum(NEGOTIATIONS), "strategy.ps_rpc": _enum(PS_RPCS),
+        "strategy.root_collective": {"type": "string"},
         "strategy.ps_servers": INT_POS, "strategy.bucket_mib": NUM_POS, "strategy.first_bucket_mib": NUM_POS,
         "strategy.overlap": BOOL, "strategy.precision": _enum(PRECISIONS), "strategy.codec": _enum(CODECS),
         "strategy.codec_path": _enum(CODEC_PATHS), "strategy.error_feedback": BOOL,

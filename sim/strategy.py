@@ -13,17 +13,22 @@ STRATEGY_KINDS = ("data_parallel", "pipeline", "tensor", "hybrid")
 """data_parallel: tp = pp = 1; pipeline, tensor, hybrid: any dp x tp x pp (the names are labels)."""
 SCHEDULES = ("gpipe", "1f1b")
 PS_MODES = ("sync", "async")
-PS_PLACEMENTS = ("sharded", "round_robin")
+PS_PLACEMENTS = ("sharded", "round_robin", "mxnet_keys")
 """sharded: every server holds 1/P of every tensor; round_robin: whole layers placed on servers
-in turn (TensorFlow's replica_device_setter default, the seeds' first hands-on layout)."""
-COLLECTIVES = ("auto", "ring", "tree", "nvls", "hierarchical", "ps", "recursive_doubling", "rabenseifner")
+in turn (TensorFlow's replica_device_setter default, the seeds' first hands-on layout);
+mxnet_keys: MXNet's kvstore, arrays of at least MXNET_KVSTORE_BIGARRAY_BOUND elements split over
+all servers, smaller ones whole on one server by a hash of their key (sim/costs/ps.py)."""
+COLLECTIVES = ("auto", "ring", "tree", "nvls", "hierarchical", "hierarchical_root", "ps", "recursive_doubling",
+               "rabenseifner", "halving_doubling")
 """auto: the library's own choice (NCCL's tuner); ring, tree, nvls, recursive_doubling,
 rabenseifner: that algorithm of the library (as NCCL_ALGO forces one); hierarchical: Horovod's
-intra/inter/intra composition; ps: parameter servers (sim/costs/comm.py)."""
+intra/inter/intra composition; hierarchical_root: a reduce to one GPU per node, an allreduce
+among those, a broadcast back (ChainerMN 2017, Caffe2 + Gloo); halving_doubling: gloo's
+recursive halving/doubling; ps: parameter servers (sim/costs/comm.py)."""
 BACKEND_NAMES = ("nccl", "gloo", "mpi")
 """Collective libraries (sim/costs/backends/); None in a Strategy: NCCL on GPUs, gloo on CPUs."""
 PROTOCOLS = ("auto", "LL", "LL128", "Simple")
-PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "centralized")
+PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "colocated_aggregated", "centralized")
 """Where parameter servers sit (sim/costs/ps.py PS_LAYOUTS)."""
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -34,7 +39,7 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 
 STRATEGY_KEYS = (
     "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
-    "comm_slows_compute", "double_buffering", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
+    "comm_slows_compute", "double_buffering", "negotiation", "ps_rpc", "root_collective", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
@@ -75,8 +80,18 @@ class Strategy:
     double_buffering: bool = False
     """ChainerMN's double buffering: the gradients of one iteration are reduced during the next
     iteration's compute (one step stale), after backward rather than during it."""
+    negotiation: str | None = None
+    """How the framework's ranks agree each cycle on the tensors all of them have ready
+    (sim/costs/coordination.py NEGOTIATIONS: horovod_p2p, horovod_cached); None: no negotiation."""
+    ps_rpc: str | None = None
+    """With collective=ps: the RPC layer carrying pushes and pulls (sim/costs/ps.py PS_RPCS:
+    grpc_tf0, grpc_tf1_4, ps_lite_zmq), whose per-stream rate caps each worker-server flow;
+    None: the transport alone."""
+    root_collective: str | None = None
+    """With collective=hierarchical_root: the library's algorithm for the allreduce among the node
+    roots (a key of the backend's algorithms, e.g. gloo's halving_doubling); None: its choice."""
     ps_layout: str = "dedicated"
-    """With collective=ps: dedicated | colocated | node_aggregated | centralized (PS_LAYOUTS)."""
+    """With collective=ps: dedicated | colocated | node_aggregated | colocated_aggregated | centralized (PS_LAYOUTS)."""
     ps_servers: int = 1
     """With collective=ps: parameter-server hosts, each holding 1/ps_servers of the model."""
     bucket_bytes: int = mib_to_bytes(DDP_DEFAULT_BUCKET_MIB)
@@ -194,6 +209,22 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     double = spec.get("double_buffering", False)
     if not isinstance(double, bool):
         raise ConfigError(f"{where}.double_buffering", double, "true or false")
+    negotiation = spec.get("negotiation")
+    if negotiation is not None:
+        from sim.costs.coordination import NEGOTIATIONS
+
+        negotiation = require_choice(f"{where}.negotiation", negotiation, NEGOTIATIONS)
+    ps_rpc = spec.get("ps_rpc")
+    if ps_rpc is not None:
+        from sim.costs.ps import PS_RPCS
+
+        ps_rpc = require_choice(f"{where}.ps_rpc", ps_rpc, PS_RPCS)
+    root_collective = spec.get("root_collective")
+    if root_collective is not None:  # checked against the library's algorithms once it is resolved
+        from sim.costs.backends import BACKENDS
+
+        root_collective = require_choice(f"{where}.root_collective", root_collective,
+                                         sorted({a for b in BACKENDS.values() for a in b.algorithms}))
     return Strategy(
         kind=kind,
         framework=spec.get("framework"),
@@ -207,6 +238,9 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
                                      allow_zero=True)) / 1e3,
         comm_slows_compute=slows,
         double_buffering=double,
+        negotiation=negotiation,
+        ps_rpc=ps_rpc,
+        root_collective=root_collective,
         ps_layout=require_choice(f"{where}.ps_layout", spec.get("ps_layout", "dedicated"), PS_LAYOUTS),
         collective=require_choice(f"{where}.collective", spec.get("collective", "auto"), COLLECTIVES),
         ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True, maximum=MAX_WORLD_SIZE,

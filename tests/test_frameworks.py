@@ -50,7 +50,7 @@ def test_fusion_batches_are_runs_of_backward_order_up_to_the_threshold():
 
 
 def test_horovod_batches_start_no_earlier_than_the_first_cycle_tick():
-    s = scenario(framework="horovod", fusion_mib=4, cycle_time_ms=50, comm_slows_compute=False)
+    s = scenario(framework="horovod", fusion_mib=4, cycle_time_ms=50, comm_slows_compute=False, negotiation=None)
     plan = build_plan(s)
     assert plan.bucket_release_s == (0.05,) * len(plan.buckets)
     fast = simulate(s)
@@ -100,7 +100,7 @@ def cluster(nodes=4, g=4, inter="tcp_10gbe"):
 def test_colocated_servers_keep_a_share_of_every_push_inside_the_node():
     c = cluster()
     dedicated = allreduce_cost(64e6, c, CommSpec("nccl", "ps", ps_servers=4, ps_layout="dedicated"))
-    colocated = allreduce_cost(64e6, c, CommSpec("nccl", "ps", ps_layout="colocated"))
+    colocated = allreduce_cost(64e6, c, CommSpec("nccl", "ps", ps_servers=4, ps_layout="colocated"))
     assert colocated.bytes_by_link["inter"] == pytest.approx(dedicated.bytes_by_link["inter"] * 3 / 4)
 
 
@@ -132,3 +132,36 @@ def test_hierarchical_is_reduce_scatter_inside_allreduce_across_allgather_inside
                 + comm_cost("nccl", "allreduce", 16e6, across).time_s
                 + comm_cost("nccl", "allgather", 64e6, node).time_s)
     assert cost.time_s == pytest.approx(expected)
+
+
+def test_horovod_2017_negotiates_every_tensor_with_its_coordinator_before_each_batch():
+    """Horovod 0.9-0.13.2 (operations.cc, BackgroundThreadLoop): rank 0 receives (N-1)(T+1)
+    messages at 1.2 us, then sends each batch's response to the N-1 workers at 8.7 us each
+    (scripts/measure_horovod_coordinator.py). 4 ranks, 6 tensors of 4 MB, fusion 4 MiB: six
+    one-tensor batches; by hand: before = 3 x 7 x 1.2 us + the link's 10 us = 35.2 us, 26.1 us
+    per batch, 26.1 us of DONE messages."""
+    s = scenario(framework="horovod", fusion_mib=4, cycle_time_ms=50, comm_slows_compute=False)
+    plan = build_plan(s)
+    assert len(plan.buckets) == 6
+    assert plan.bucket_release_s == pytest.approx([0.05 + 35.2e-6 + (b + 1) * 26.1e-6 for b in range(6)], rel=1e-9)
+    assert plan.coordination_s == pytest.approx(35.2e-6 + 7 * 26.1e-6, rel=1e-9)
+    assert simulate(s).coordination_time_s == pytest.approx(plan.coordination_s)
+
+
+def test_horovod_021_agrees_through_its_response_cache_in_log2_exchanges():
+    """>= 0.16.2: one bit-vector allreduce per cycle, ceil(log2 4) = 2 exchanges of the link's
+    10 us + 8.7 us, whatever the number of tensors; no per-batch cost."""
+    s = scenario(framework="horovod_0.21", fusion_mib=4, cycle_time_ms=50, comm_slows_compute=False)
+    plan = build_plan(s)
+    assert plan.bucket_release_s == pytest.approx([0.05 + 2 * 18.7e-6] * len(plan.buckets), rel=1e-9)
+    assert plan.coordination_s == pytest.approx(2 * 18.7e-6, rel=1e-9)
+
+
+def test_negotiation_grows_with_ranks_and_tensors_and_only_the_2017_protocol_per_tensor():
+    from sim.costs.coordination import horovod_cached, horovod_p2p
+
+    base = horovod_p2p(32, 100, 0.0).total_s(2)
+    assert horovod_p2p(128, 100, 0.0).total_s(2) == pytest.approx(base * 127 / 31, rel=1e-9)
+    assert horovod_p2p(32, 200, 0.0).before_s == pytest.approx(31 * 201 * 1.2e-6)
+    assert horovod_cached(1024, 100, 0.0).total_s(2) == pytest.approx(horovod_cached(1024, 10_000, 0.0).total_s(2))
+    assert horovod_p2p(1, 100, 1e-5).total_s(3) == 0.0

@@ -198,7 +198,8 @@ def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:
         lines.append(f"  {'layout dp x pp x tp':<26}{row['dp']} x {row['pp']} x {row['tp']}, "
                      f"{row['micro_batches']} micro-batches{', ' + row['schedule'] if row['schedule'] else ''}")
     for key, label in (("bubble_time_s", "pipeline bubble"), ("pp_comm_time_s", "stage sends (busiest)"),
-                       ("tp_comm_time_s", "tensor-parallel allreduce"), ("codec_time_s", f"codec {row.get('codec', '')}")):
+                       ("tp_comm_time_s", "tensor-parallel allreduce"), ("codec_time_s", f"codec {row.get('codec', '')}"),
+                       ("coordination_time_s", "coordination")):
         if row.get(key):
             lines.append(f"  {'  ' + label:<26}{human_seconds(row[key]):>12}  {pct(row[key])}")
     if row.get("memory_bytes"):

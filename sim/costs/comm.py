@@ -11,6 +11,13 @@ Reductions a strategy can ask for (``strategy.collective``):
 - hierarchical: Horovod's hierarchical allreduce: reduce-scatter inside each node, allreduce of
   the 1/g shard across nodes by the g local ranks at once (sharing the node's NICs), allgather
   inside the node (horovod/common/ops/nccl_operations.cc, NCCLHierarchicalAllreduce).
+- hierarchical_root: a reduce to one GPU in each node, an allreduce among those node roots
+  (``root_collective``: the library's algorithm for it), a broadcast inside each node; NCCL inside
+  a node of GPUs, the strategy's library between nodes (ChainerMN 2017's HierarchicalCommunicator:
+  chainermn/communicators/hierarchical_communicator.py, NCCL reduce, MPI allreduce among
+  intra_rank 0, NCCL bcast; Caffe2 + Gloo in Goyal et al. 2017, section 4: 'buffers from the 8
+  GPUs within a server are summed into a single buffer for each server, ... summed across all
+  servers, and finally ... broadcast onto each GPU').
 - ps: parameter servers, laid out as ``strategy.ps_layout`` says (sim.costs.ps).
 """
 
@@ -31,6 +38,8 @@ class CommSpec:
     protocol: str | None = None
     ps_servers: int = 1
     ps_layout: str = "dedicated"
+    ps_rpc: str | None = None
+    root_collective: str | None = None
     idle_s: float = 0.0
     socket_nthreads: int | None = None
     nsocks_perthread: int | None = None
@@ -43,7 +52,8 @@ class CommSpec:
 def spec_of(strategy) -> CommSpec:
     """The communication part of a resolved ``sim.strategy.Strategy``."""
     return CommSpec(backend=strategy.backend or "nccl", collective=strategy.collective, protocol=strategy.protocol,
-                    ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout,
+                    ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout, ps_rpc=strategy.ps_rpc,
+                    root_collective=strategy.root_collective,
                     socket_nthreads=strategy.nccl_socket_nthreads, nsocks_perthread=strategy.nccl_nsocks_perthread)
 
 
@@ -55,7 +65,7 @@ def op_cost(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost
     """``op`` over ``group`` through the spec's library, the spec's algorithm where the library
     has it for this op (else the library's choice)."""
     algorithm = None
-    if spec.collective not in ("auto", "hierarchical", "ps") and spec.collective in BACKENDS[spec.backend].algorithms:
+    if spec.collective not in ("auto", "hierarchical", "hierarchical_root", "ps") and spec.collective in BACKENDS[spec.backend].algorithms:
         algorithm = spec.collective
     return comm_cost(spec.backend, op, n_bytes, group, spec.options(algorithm if op == "allreduce" else None))
 
@@ -79,14 +89,38 @@ def hierarchical_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) -> Co
     return CommCost(rs.time_s + ar.time_s + ag.time_s, "hierarchical", ar.protocol, by_link)
 
 
-def allreduce_cost(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
-    """One gradient bucket's reduction as the strategy asks for it."""
+def hierarchical_root_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
+    """Reduce to one GPU per node + allreduce of the whole buffer among the node roots (one rank
+    per node: the node's NICs to itself) + broadcast inside the node (module docstring)."""
+    g, nodes = group.gpus_per_node, group.nodes
+    intra_backend = "nccl" if group.gpu.kind != "cpu" else spec.backend
+    zero = CommCost(0.0, "none", "", {"intra": 0.0, "inter": 0.0})
+    red = bc = zero
+    if g > 1:
+        node = replace(group, nodes=1)
+        red = comm_cost(intra_backend, "reduce", n_bytes, node, spec.options())
+        bc = comm_cost(intra_backend, "broadcast", n_bytes, node, spec.options())
+    ar = zero
+    if nodes > 1:
+        across = replace(group, gpus_per_node=1)
+        ar = comm_cost(spec.backend, "allreduce", n_bytes, across, spec.options(spec.root_collective))
+    by_link = _add(_add({k: v * nodes for k, v in red.bytes_by_link.items()}, ar.bytes_by_link),
+                   {k: v * nodes for k, v in bc.bytes_by_link.items()})
+    return CommCost(red.time_s + ar.time_s + bc.time_s, "hierarchical_root", ar.protocol, by_link)
+
+
+def allreduce_cost(n_bytes: float, group: Cluster, spec: CommSpec, held_bytes: list[float] | None = None) -> CommCost:
+    """One gradient bucket's reduction as the strategy asks for it (``held_bytes``: with
+    parameter servers, what each server holds of the bucket; default 1/P each)."""
     if group.world_size == 1 or n_bytes <= 0:
         return CommCost(0.0, spec.collective)
     if spec.collective == "ps":
-        return ps_sync_cost(n_bytes, group, spec.ps_servers, spec.ps_layout, spec.backend, spec.options())
+        return ps_sync_cost(n_bytes, group, spec.ps_servers, spec.ps_layout, spec.backend, spec.options(),
+                            held_bytes=held_bytes, rpc=spec.ps_rpc)
     if spec.collective == "hierarchical":
         return hierarchical_allreduce(n_bytes, group, spec)
+    if spec.collective == "hierarchical_root":
+        return hierarchical_root_allreduce(n_bytes, group, spec)
     return op_cost("allreduce", n_bytes, group, spec)
 
 

@@ -8,6 +8,8 @@ the busiest server's NIC sets the pace.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.cluster import Cluster
 from sim.costs.collectives import FlowGroup, Step
 
@@ -42,17 +44,77 @@ def ps_placed_push_pull(server_bytes: list[float], cluster: Cluster) -> list[Ste
     return [Step(2, groups)]
 
 
+# -- placements: which server holds which bytes -------------------------------------------
+
+MXNET_BIGARRAY_BOUND_ELEMS = 1000 * 1000
+"""MXNET_KVSTORE_BIGARRAY_BOUND's default (src/kvstore/kvstore_dist.h, MXNet 0.9-1.x:
+``dmlc::GetEnv("MXNET_KVSTORE_BIGARRAY_BOUND", 1000 * 1000)``)."""
+
+
+def mxnet_key_placement(tensor_elems: list[float], servers: int, bytes_per_elem: float,
+                        bound_elems: float = MXNET_BIGARRAY_BOUND_ELEMS) -> list[list[tuple[int, float]]]:
+    """For each tensor (key k, in order), the (server, bytes) it puts on the servers, as MXNet's
+    KVStoreDist::EncodeKey does: an array of fewer than ``bound_elems`` elements goes whole to
+    server (k * 9973) % P ('send it to a single random picked server'), a larger one is split
+    into P near-equal parts, one per server ('partition it to all servers')."""
+    out = []
+    for key, elems in enumerate(tensor_elems):
+        if elems < bound_elems:
+            out.append([((key * 9973) % servers, elems * bytes_per_elem)])
+        else:
+            out.append([(s, elems * bytes_per_elem / servers) for s in range(servers)])
+    return out
+
+
+def server_bytes(placed: list[list[tuple[int, float]]], positions, servers: int) -> list[float]:
+    """Bytes each server holds of the tensors at ``positions``."""
+    held = [0.0] * servers
+    for i in positions:
+        for s, b in placed[i]:
+            held[s] += b
+    return held
+
+
+# -- RPC layers: what carries a push or a pull ---------------------------------------------
+
+@dataclass(frozen=True)
+class PsRpc:
+    name: str
+    stream_Bps: float | None
+    """Most one worker-server connection moves (serialization copies on its threads); None: the
+    transport's stream rate alone."""
+    source: str
+
+
+PS_RPCS: dict[str, PsRpc] = {
+    "grpc_tf0": PsRpc("grpc_tf0", 569.27e6,
+                      "TensorFlow 0.12's gRPC RecvTensor between two processes: 569 MB/s for a 128 MB tensor "
+                      "(tensorflow/tensorflow#6256, Dec 2016, benchmark_grpc_recv.py of #6116; 'improved from "
+                      "100-200 MB/s to 800 MB/s' by the gRPC upgrade of Aug 2017, #6116)"),
+    "grpc_tf1_4": PsRpc("grpc_tf1_4", 800e6,
+                        "TensorFlow >= 1.4 after the gRPC upgrade: ~800 MB/s for the same benchmark "
+                        "(tensorflow/tensorflow#6116, comment of 2017-08-09)"),
+    "ps_lite_zmq": PsRpc("ps_lite_zmq", None,
+                         "MXNet's ps-lite over ZeroMQ TCP sockets (ps-lite src/zmq_van.h): one socket per "
+                         "worker-server pair, no rate of its own beyond TCP's"),
+}
+
+
 # -- layouts, over the transport -----------------------------------------------------------
 
-PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "centralized")
-"""Where the servers sit and what is pushed (TensorFlow's layouts, DESIGN.md):
-- dedicated: P server hosts apart from the workers; every worker pushes S/P to each and pulls
-  S/P back (TF 2016 between-graph replication).
-- colocated: one server shard per worker node (P = nodes), so 1/P of every push stays local
-  (TF's PS tasks on the worker machines).
+PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "colocated_aggregated", "centralized")
+"""Where the servers sit and what is pushed (TensorFlow's and MXNet's layouts, DESIGN.md):
+- dedicated: P server hosts apart from the workers; every worker pushes its share to each and
+  pulls it back (TF 2016 between-graph replication).
+- colocated: P server processes on P of the worker nodes (TF's PS tasks on the worker machines;
+  the ChainerMN 2017 comparison ran TF 0.12 with n-1 of them); a push to the node's own server
+  crosses no NIC.
 - node_aggregated: the node's GPUs first sum their gradients inside the node (a reduce to one
   GPU), one push and pull per node to P dedicated servers, a broadcast inside the node
-  (TF's replicated variables with local aggregation; MXNet's 'device' kvstore).
+  (TF's replicated variables with local aggregation).
+- colocated_aggregated: node_aggregated with one server process on each of P worker nodes
+  (MXNet's dist_sync kvstore as its launcher starts it: a worker and a server per machine, the
+  worker summing its GPUs' gradients before pushing, src/kvstore/kvstore_dist.h Push_).
 - centralized: one root sums and sends back: the library's reduce then broadcast."""
 
 
@@ -65,15 +127,67 @@ def _flow_Bps(link, streams_on_nic: float, nics: int, oversubscription: float) -
     return min(share, transport_of(link).stream_Bps(link))
 
 
-def ps_sync_cost(n_bytes: float, cluster: Cluster, servers: int, layout: str, backend: str, options):
-    """Synchronous push-then-pull of a bucket of ``n_bytes`` in the given layout (one gRPC/TCP
-    stream per worker-server pair). Each phase lasts alpha + shard / (the narrowest flow share:
-    a worker node's NICs carry g P flows, a server's NIC n flows)."""
+def _node_reduce_broadcast(n_bytes: float, cluster: Cluster, backend: str, options) -> tuple[float, float]:
+    """(seconds, intra-node bytes) of a reduce to one GPU and a broadcast back inside one node."""
+    from sim.costs.backends import comm_cost
+
+    g = cluster.gpus_per_node
+    node = type(cluster)(nodes=1, gpus_per_node=g, gpu=cluster.gpu, intra_link=cluster.intra_link,
+                         inter_link=cluster.inter_link, nics_per_node=cluster.nics_per_node, oversubscription=1.0)
+    red = comm_cost(backend, "reduce", n_bytes, node, options)
+    bc = comm_cost(backend, "broadcast", n_bytes, node, options)
+    return red.time_s + bc.time_s, red.bytes_by_link["intra"] + bc.bytes_by_link["intra"]
+
+
+def ps_phase_s(held_bytes: list[float], cluster: Cluster, pushers_per_node: int, server_nodes: int | None,
+               rpc_Bps: float | None) -> tuple[float, float]:
+    """One push (or pull) phase: (seconds, bytes crossing NICs), every pusher sending server s
+    its ``held_bytes[s]`` over one stream. ``server_nodes``: the servers sit on worker nodes
+    0..P-1 (one each, colocated) or on hosts of their own (None).
+
+    T = alpha + max(a worker node's NIC: its pushers' remote bytes / B_nic,
+                    the busiest server node's NIC: remote bytes in / B_nic,
+                    the largest shard / one stream's rate (transport, RPC layer)),
+    B_nic = line x efficiency x NICs / oversubscription: the bottleneck of max-min sharing when
+    every flow of a phase starts at once (DESIGN.md, the parameter-server form)."""
+    from sim.costs.transports import transport_of
+
+    link, over, nics = cluster.inter_link, cluster.oversubscription, cluster.nics_per_node
+    g, nodes = pushers_per_node, cluster.nodes
+    pushers = g * nodes
+    total = sum(held_bytes)
+    if total <= 0:
+        return 0.0, 0.0
+    nic_Bps = link.effective_Bps * nics / over
+    stream_Bps = transport_of(link).stream_Bps(link)
+    if rpc_Bps is not None:
+        stream_Bps = min(stream_Bps, rpc_Bps)
+    if server_nodes is None:  # dedicated hosts: every byte crosses the pusher's and the server's NIC
+        node_out = g * total
+        server_in = pushers * max(held_bytes)
+        crossing = pushers * total
+        if pushers == 1 and len(held_bytes) == 1:
+            node_out = server_in = total
+    else:  # server s on worker node s: its own node's pushers reach it without a NIC
+        node_out = g * (total if len(held_bytes) < nodes else total - min(held_bytes))  # a node without a server sends it all
+        server_in = max((pushers - g) * b for b in held_bytes)
+        crossing = sum((pushers - g) * b for b in held_bytes)
+    one_node = nodes == 1 and server_nodes is not None  # everything on one node: loopback, no NIC
+    wire_s = 0.0 if one_node else max(node_out, server_in) / nic_Bps
+    stream_s = max(held_bytes) / stream_Bps
+    return link.alpha_s + max(wire_s, stream_s), crossing
+
+
+def ps_sync_cost(n_bytes: float, cluster: Cluster, servers: int, layout: str, backend: str, options,
+                 held_bytes: list[float] | None = None, rpc: str | None = None):
+    """Synchronous push-then-pull of a bucket of ``n_bytes`` in the given layout, one stream per
+    worker-server pair (``ps_phase_s`` per phase). ``held_bytes``: what each server holds of the
+    bucket (a placement; default 1/P each); ``rpc``: the RPC layer (PS_RPCS) capping a stream."""
     from sim.costs.backends import CommCost, comm_cost
     from sim.costs.transports import cold_start_s
 
     n, g, nodes = cluster.world_size, cluster.gpus_per_node, cluster.nodes
-    link, over, nics = cluster.inter_link, cluster.oversubscription, cluster.nics_per_node
+    link = cluster.inter_link
     if n == 1 or n_bytes <= 0:
         return CommCost(0.0, "ps")
     if layout == "centralized":
@@ -81,32 +195,23 @@ def ps_sync_cost(n_bytes: float, cluster: Cluster, servers: int, layout: str, ba
         bc = comm_cost(backend, "broadcast", n_bytes, cluster, options)
         return CommCost(red.time_s + bc.time_s, "reduce+broadcast", red.protocol,
                         {k: red.bytes_by_link[k] + bc.bytes_by_link[k] for k in ("intra", "inter")})
-    inside = 0.0
-    pushers, pushers_per_node = n, g
-    intra_bytes = 0.0
-    if layout == "node_aggregated" and g > 1:
-        node = type(cluster)(nodes=1, gpus_per_node=g, gpu=cluster.gpu, intra_link=cluster.intra_link,
-                             inter_link=cluster.inter_link, nics_per_node=nics, oversubscription=1.0)
-        red = comm_cost(backend, "reduce", n_bytes, node, options)
-        bc = comm_cost(backend, "broadcast", n_bytes, node, options)
-        inside = red.time_s + bc.time_s
-        intra_bytes = (red.bytes_by_link["intra"] + bc.bytes_by_link["intra"]) * nodes
-        pushers, pushers_per_node = nodes, 1
-    if layout == "colocated":
-        servers = nodes
-        remote = (servers - 1) / servers  # the local shard stays in the node
-        out_flows = pushers_per_node * (servers - 1)  # a node's workers to the other nodes' servers
-        in_flows = n - g  # remote workers to this node's server
-        flows = max(out_flows, in_flows, 1)
-        rate = _flow_Bps(link, flows, nics, over)
-        shard = n_bytes / servers
-        phase = link.alpha_s + shard / rate if nodes > 1 else 0.0
-        inter = 2 * n * n_bytes * remote
-        cold = cold_start_s(link, shard, 1, options.idle_s) if nodes > 1 else 0.0
-        return CommCost(2 * (phase + cold), "ps", "", {"intra": 2 * n * n_bytes * (1 - remote), "inter": inter})
-    shard = n_bytes / servers
-    worker_rate = _flow_Bps(link, pushers_per_node * servers, nics, over)
-    server_rate = _flow_Bps(link, pushers, 1, over)
-    rate = min(worker_rate, server_rate)
-    phase = link.alpha_s + shard / rate + cold_start_s(link, shard, 1, options.idle_s)
-    return CommCost(inside + 2 * phase, "ps", "", {"intra": intra_bytes, "inter": 2 * pushers * n_bytes})
+    colocated = layout in ("colocated", "colocated_aggregated")
+    aggregated = layout in ("node_aggregated", "colocated_aggregated")
+    if colocated:
+        servers = min(servers, nodes)
+    if held_bytes is None or len(held_bytes) != servers:
+        held_bytes = [n_bytes / servers] * servers
+    inside, intra_bytes = 0.0, 0.0
+    pushers_per_node = g
+    if aggregated and g > 1:
+        inside, per_node = _node_reduce_broadcast(n_bytes, cluster, backend, options)
+        intra_bytes = per_node * nodes
+        pushers_per_node = 1
+    if aggregated and nodes == 1 and colocated:  # one node, its own server: the local sum is the sync
+        return CommCost(inside, "ps", "", {"intra": intra_bytes, "inter": 0.0})
+    rpc_Bps = PS_RPCS[rpc].stream_Bps if rpc else None
+    phase, crossing = ps_phase_s(held_bytes, cluster, pushers_per_node, servers if colocated else None, rpc_Bps)
+    cold = cold_start_s(link, max(held_bytes), 1, options.idle_s) if not (colocated and nodes == 1) else 0.0
+    local = 0.0 if not colocated else sum(pushers_per_node * b for b in held_bytes) * 2
+    return CommCost(inside + 2 * (phase + cold), "ps", "",
+                    {"intra": intra_bytes + local, "inter": 2 * crossing})

@@ -16,8 +16,14 @@ from sim.costs.collectives import bytes_by_link, collective_time_s
 from sim.costs.comm import allreduce_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.contention import comm_compute_slowdown
+from sim.costs.coordination import NEGOTIATIONS
 from sim.costs.fusion import fusion_copy_s, horovod_fusion_batches
-from sim.costs.ps import ps_placed_push_pull, round_robin_placement
+from sim.costs.ps import (
+    mxnet_key_placement,
+    ps_placed_push_pull,
+    round_robin_placement,
+    server_bytes,
+)
 from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
@@ -62,6 +68,9 @@ class IterationPlan:
     """A fixed cost per iteration after the optimizer step (strategy.iteration_overhead_s)."""
     double_buffering: bool = False
     """The gradients are reduced during the next iteration's compute (ChainerMN)."""
+    coordination_s: float = 0.0
+    """The framework's coordination per iteration on its own thread (Horovod's negotiation:
+    sim.costs.coordination), overlapped or not; what it delays shows in the release times."""
 
     @property
     def compute_s(self) -> float:
@@ -108,13 +117,15 @@ def fusion_batches(grad_bytes: Sequence[float], fusion_bytes: float, cycle_s: fl
     return batches, [cycle_s] * len(batches)
 
 
-def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> tuple[float, float, dict[str, float]]:
+def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU,
+                held_bytes: list[float] | None = None) -> tuple[float, float, dict[str, float]]:
     """(comm seconds, of which codec seconds, bytes by link) to synchronise one gradient bucket
-    of ``n_bytes`` (in the compute precision) over ``cluster``, through the strategy's codec."""
+    of ``n_bytes`` (in the compute precision) over ``cluster``, through the strategy's codec
+    (``held_bytes``: with parameter servers, each server's part of the bucket)."""
     if cluster.world_size == 1 or n_bytes <= 0:
         return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
     if strategy.codec is None:
-        cost = allreduce_cost(n_bytes, cluster, spec_of(strategy))
+        cost = allreduce_cost(n_bytes, cluster, spec_of(strategy), held_bytes)
         return cost.time_s, 0.0, dict(cost.bytes_by_link)
     sync = _compressed_sync(n_bytes, cluster, strategy, gpu)
     return sync.time_s, sync.codec_s, dict(sync.bytes_by_link)
@@ -147,6 +158,35 @@ def _placed_ps_sync(layer_bytes: list[float], cluster: Cluster, strategy: Strate
     return collective_time_s(steps, cluster), 0.0, bytes_by_link(steps)
 
 
+def ps_servers_of(strategy: Strategy, cluster: Cluster) -> int:
+    """Servers a parameter-server layout runs: co-located ones at most one per worker node."""
+    if strategy.ps_layout in ("colocated", "colocated_aggregated"):
+        return min(strategy.ps_servers, cluster.nodes)
+    return strategy.ps_servers
+
+
+def ps_placement(workload, strategy: Strategy, cluster: Cluster, backward_order: list[int]):
+    """Per tensor (in backward order), the (server, bytes) it puts on the servers, or None for an
+    even split (sim.costs.ps: round_robin as replica_device_setter, mxnet_keys as KVStoreDist)."""
+    if strategy.collective != "ps" or strategy.ps_placement == "sharded":
+        return None
+    servers = ps_servers_of(strategy, cluster)
+    per_param = strategy.grad_bytes_per_param
+    if strategy.ps_placement == "mxnet_keys":  # keys numbered in the model's order
+        placed = mxnet_key_placement([float(layer.param_count) for layer in workload.layers], servers, per_param)
+    else:
+        placed = [[(i % servers, layer.param_count * per_param)] for i, layer in enumerate(workload.layers)]
+    return [placed[i] for i in backward_order]
+
+
+def negotiation_of(strategy: Strategy, cluster: Cluster, tensors: int):
+    """The framework's per-cycle negotiation (sim.costs.coordination), or None."""
+    if strategy.negotiation is None or cluster.world_size == 1:
+        return None
+    link = cluster.inter_link if cluster.nodes > 1 else cluster.intra_link
+    return NEGOTIATIONS[strategy.negotiation](cluster.world_size, tensors, link.alpha_s)
+
+
 def build_plan(scenario: Scenario) -> IterationPlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
     dtype_bytes = DTYPE_BYTES[strategy.precision]
@@ -155,7 +195,10 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     backward_order = list(range(n_layers - 1, -1, -1))
     grad_bytes = [workload.layers[i].param_count * strategy.grad_bytes_per_param for i in backward_order]
     release: list[float] = []
-    if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
+    placed = ps_placement(workload, strategy, cluster, backward_order)
+    whole_model_ps = (strategy.collective == "ps" and strategy.ps_placement == "round_robin"
+                      and strategy.ps_layout == "dedicated")
+    if whole_model_ps:
         groups = [list(range(n_layers))]  # all variables pulled and pushed together, after backward
     elif strategy.fusion_bytes is not None:
         groups, release = fusion_batches(grad_bytes, strategy.fusion_bytes, strategy.cycle_time_s or 0.0)
@@ -170,11 +213,12 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         layers = tuple(backward_order[p] for p in positions)
         n_bytes = sum(grad_bytes[p] for p in positions)
         buckets.append(Bucket(index, layers, n_bytes))
-        if strategy.collective == "ps" and strategy.ps_placement == "round_robin":
+        if whole_model_ps:
             t, t_codec, by_link = _placed_ps_sync([workload.layers[i].param_count * strategy.grad_bytes_per_param
                                                    for i in range(n_layers)], cluster, strategy)
         else:
-            t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu)
+            held = None if placed is None else server_bytes(placed, positions, ps_servers_of(strategy, cluster))
+            t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu, held)
             encode_s.append(bucket_encode_s(n_bytes, cluster, strategy, cluster.gpu))
             t -= encode_s[-1]  # on the compute stream, at the hand-off
             if strategy.fusion_bytes is not None and cluster.world_size > 1:  # Horovod's fusion buffer
@@ -182,6 +226,12 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         comm_s.append(t)
         codec_s.append(t_codec)
         link_bytes.append(by_link)
+    coordination = 0.0
+    negotiation = negotiation_of(strategy, cluster, sum(b > 0 for b in grad_bytes))
+    if negotiation is not None and release:  # all requests in one cycle: sim.engine.plan.fusion_batches
+        offsets = negotiation.release_offsets_s(len(release))
+        release = [r + o for r, o in zip(release, offsets, strict=True)]
+        coordination = negotiation.total_s(len(release))
     return IterationPlan(
         layer_names=tuple(layer.name for layer in workload.layers),
         fwd_s=tuple(t[0] for t in times),
@@ -197,4 +247,5 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         comm_slowdown=comm_compute_slowdown(scenario) if cluster.world_size > 1 else 0.0,
         iteration_overhead_s=strategy.iteration_overhead_s,
         double_buffering=strategy.double_buffering,
+        coordination_s=coordination,
     )

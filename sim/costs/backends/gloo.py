@@ -155,6 +155,40 @@ def _ring(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> Comm
     return CommCost(serial + wire + cold, "ring", "", ring_bytes_by_link(volume, group))
 
 
+def halving_doubling_allreduce(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
+    """gloo's allreduce_halving_doubling (gloo/allreduce_halving_doubling.h, as Caffe2 ran it in
+    Goyal et al. 2017): a reduce-scatter by recursive halving then an allgather by recursive
+    doubling (Thakur, Rabenseifner and Gropp 2005), every rank exchanging with one peer per step
+    over its pair's one TCP stream, all ranks at once:
+        T = (2 log2 p + e) alpha + 2 (p-1)/p S / R + e S / R,
+    R a rank's share of its node's NICs (each of its streams at most one stream's rate), e = 2
+    extra steps where p is not a power of two (the extra ranks' blocks fold in first: gloo's
+    'binary blocks' send a non-power-of-two remainder's data to the larger block and back)."""
+    from sim.costs.backends.common import inter_node_Bps
+
+    p = group.world_size
+    if p == 1 or n_bytes <= 0:
+        return zero_cost("halving_doubling")
+    lg = math.floor(math.log2(p))
+    extra = 0 if 2**lg == p else 2
+    hop = ring_hop_link(group)
+    if group.nodes > 1:
+        rate = inter_node_Bps(group, group.gpus_per_node) / group.gpus_per_node
+    else:
+        rate = connection_Bps(group.intra_link, 1)
+    volume = ring_volume_bytes("allreduce", n_bytes, p)
+    t = (2 * lg + extra) * hop.alpha_s + (2 * (p - 1) / p + extra) * n_bytes / rate
+    if group.nodes > 1:
+        t += cold_start_s(group.inter_link, volume, group.gpus_per_node, options.idle_s)
+    return CommCost(t, "halving_doubling", "", ring_bytes_by_link(volume, group))
+
+
+def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
+    if op == "allreduce" and options.algorithm == "halving_doubling":
+        return halving_doubling_allreduce(n_bytes, group, options)
+    return _ring(op, n_bytes, group, options)
+
+
 def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
     if group.world_size == 1 or n_bytes <= 0:
         return zero_cost("p2p")
@@ -177,8 +211,8 @@ def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
 
 BACKEND = Backend(
     name="gloo",
-    ops=library_ops(_ring, _alltoall, _sendrecv),
-    algorithms=("ring",),
+    ops=library_ops(_collective, _alltoall, _sendrecv),
+    algorithms=("ring", "halving_doubling"),
     protocols=(),
     description="gloo (PyTorch's CPU backend): segmented rings, one TCP stream per neighbour, CPU reduction",
 )
