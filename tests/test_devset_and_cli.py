@@ -202,6 +202,18 @@ def test_unreadable_nccl_tests_output_names_file_and_line(tmp_path, name, text, 
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_the_shipped_devset_is_present():
-    assert {p.name for p in DEVSET_DIR.glob("*.csv")} == {"tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv",
-                                                          "horovod_tcp_vs_roce.csv"}
+def test_the_shipped_devset_is_present_and_package_data():
+    """Every file the suite reads is shipped, and pyproject's package data carries the CSVs and
+    the README into a wheel (an installed scalebench runs validate --suite devset too)."""
+    import fnmatch
+    import tomllib
+
+    from validation.devset import FILES
+
+    shipped = {p.name for p in DEVSET_DIR.glob("*.csv")}
+    assert {"tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv", "horovod_tcp_vs_roce.csv",
+            "chainermn_2017_frameworks.csv", "goyal_2017_caffe2_gloo.csv", "horovod_docs_roce.csv"} <= set(FILES)
+    assert set(FILES) <= shipped
+    patterns = tomllib.loads((DEVSET_DIR.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for name in [*shipped, "README.md"]:
+        assert any(fnmatch.fnmatch(f"devset/{name}", pat) for pat in patterns["validation"]), name

@@ -43,7 +43,8 @@ from sim.costs.backends.nccl import nvls_available
 from sim.errors import ConfigError
 
 DEVSET_DIR = Path(__file__).resolve().parent / "devset"
-FILES = ("tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv", "horovod_tcp_vs_roce.csv")
+FILES = ("tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv", "horovod_tcp_vs_roce.csv",
+         "chainermn_2017_frameworks.csv", "goyal_2017_caffe2_gloo.csv", "horovod_docs_roce.csv")
 IDLE_BETWEEN_CALLS_S = 1.0
 """tc_cluster_setting's benchmarks call time.sleep(1) between timed calls."""
 MIB = 2**20
@@ -279,7 +280,10 @@ def run_devset(data_dir: Path | None = None) -> tuple[list[Prediction], list[Gro
     data_dir = Path(data_dir) if data_dir else DEVSET_DIR
     if not data_dir.is_dir():
         raise ConfigError("--data", str(data_dir), "a directory holding the development set's CSV files")
-    preds = tc_predictions(data_dir) + busbw_predictions(data_dir) + horovod_predictions(data_dir)
+    from validation.devset_frameworks import second_tranche_predictions
+
+    preds = (tc_predictions(data_dir) + busbw_predictions(data_dir) + horovod_predictions(data_dir)
+             + second_tranche_predictions(data_dir, _read))
     groups: dict[str, list[Prediction]] = {}
     for p in preds:
         groups.setdefault(p.group, []).append(p)
