@@ -40,7 +40,9 @@ documentation or source, never from a result to match:
 - caffe2_gloo: Caffe2 + Gloo as Goyal et al. 2017 ran ResNet-50 on 352 GPUs (section 4): per
   server a reduce of the 8 GPUs' gradients, a recursive halving/doubling allreduce among the
   servers (gloo allreduce_halving_doubling), a broadcast back; 'pipelined with backprop' (each
-  gradient blob reduced as soon as backward produced it: one bucket per layer).
+  gradient blob reduced as soon as backward produced it: one bucket per layer), up to 16 of them
+  in flight on their own communicators (caffe2/python/data_parallel_model.py Parallelize,
+  max_concurrent_distributed_ops=16).
 - horovod (above) negotiates every cycle point to point with its coordinator (Horovod
   0.9-0.13.2: sim/costs/coordination.py horovod_p2p); horovod_0.21 agrees through its response
   cache (>= 0.16.2: horovod_cached).
@@ -58,16 +60,18 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                 "negotiation": "horovod_p2p"},
     "horovod_0.21": {"fusion_mib": 128.0, "cycle_time_ms": 1.0, "overlap": True, "comm_slows_compute": True,
                      "negotiation": "horovod_cached"},
-    "chainermn_2017": {"bucket_mib": 1e9, "overlap": False, "collective": "hierarchical_root", "backend": "mpi"},
+    "chainermn_2017": {"bucket_mib": 1e9, "first_bucket_mib": 1e9, "overlap": False, "collective": "hierarchical_root",
+                       "backend": "mpi"},
     "chainermn": {"bucket_mib": 1e9, "overlap": False, "double_buffering": True, "comm_slows_compute": True},
     "tf_ps": {"collective": "ps", "ps_layout": "dedicated", "overlap": True},
     "tf_ps_0.12": {"collective": "ps", "ps_layout": "colocated", "ps_placement": "round_robin", "ps_rpc": "grpc_tf0",
                    "overlap": True},
     "mxnet_ps": {"collective": "ps", "ps_layout": "colocated_aggregated", "ps_placement": "mxnet_keys",
                  "ps_rpc": "ps_lite_zmq", "overlap": True, "bucket_mib": 1e-6, "first_bucket_mib": 1e-6},
-    "cntk": {"collective": "hierarchical_root", "backend": "mpi", "bucket_mib": 1e9, "overlap": False},
+    "cntk": {"collective": "hierarchical_root", "backend": "mpi", "bucket_mib": 1e9, "first_bucket_mib": 1e9,
+             "overlap": False},
     "caffe2_gloo": {"collective": "hierarchical_root", "backend": "gloo", "root_collective": "halving_doubling",
-                    "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": True},
+                    "concurrent_collectives": 16, "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": True},
 }
 
 

@@ -89,7 +89,7 @@ def field_types() -> dict[str, Any]:
         "strategy.iteration_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
         "strategy.double_buffering": BOOL, "strategy.ps_layout": _enum(PS_LAYOUTS),
         "strategy.negotiation": _enum(NEGOTIATIONS), "strategy.ps_rpc": _enum(PS_RPCS),
-        "strategy.root_collective": {"type": "string"},
+        "strategy.root_collective": {"type": "string"}, "strategy.concurrent_collectives": INT_POS,
         "strategy.ps_servers": INT_POS, "strategy.bucket_mib": NUM_POS, "strategy.first_bucket_mib": NUM_POS,
         "strategy.overlap": BOOL, "strategy.precision": _enum(PRECISIONS), "strategy.codec": _enum(CODECS),
         "strategy.codec_path": _enum(CODEC_PATHS), "strategy.error_feedback": BOOL,

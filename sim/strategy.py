@@ -39,7 +39,7 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 
 STRATEGY_KEYS = (
     "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
-    "comm_slows_compute", "double_buffering", "negotiation", "ps_rpc", "root_collective", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
+    "comm_slows_compute", "double_buffering", "negotiation", "ps_rpc", "root_collective", "concurrent_collectives", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
@@ -90,6 +90,10 @@ class Strategy:
     root_collective: str | None = None
     """With collective=hierarchical_root: the library's algorithm for the allreduce among the node
     roots (a key of the backend's algorithms, e.g. gloo's halving_doubling); None: its choice."""
+    concurrent_collectives: int = 1
+    """Gradient reductions in flight at once, each on its own communicator (Caffe2's
+    data_parallel_model max_concurrent_distributed_ops, 16 by default): the libraries that honour
+    it move them over that many connections per rank (gloo's halving_doubling)."""
     ps_layout: str = "dedicated"
     """With collective=ps: dedicated | colocated | node_aggregated | colocated_aggregated | centralized (PS_LAYOUTS)."""
     ps_servers: int = 1
@@ -241,6 +245,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         negotiation=negotiation,
         ps_rpc=ps_rpc,
         root_collective=root_collective,
+        concurrent_collectives=require_positive(f"{where}.concurrent_collectives", spec.get("concurrent_collectives", 1),
+                                                integer=True, maximum=1024, why="communicators in flight"),
         ps_layout=require_choice(f"{where}.ps_layout", spec.get("ps_layout", "dedicated"), PS_LAYOUTS),
         collective=require_choice(f"{where}.collective", spec.get("collective", "auto"), COLLECTIVES),
         ps_servers=require_positive(f"{where}.ps_servers", spec.get("ps_servers", 1), integer=True, maximum=MAX_WORLD_SIZE,

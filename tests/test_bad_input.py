@@ -384,8 +384,15 @@ def test_more_bad_input_is_one_line_errors(case, tmp_path, monkeypatch, capsys, 
     _run_case(MORE, case, tmp_path, monkeypatch, capsys, mini_results)
 
 
-def test_there_are_at_least_40_more_kinds():
-    assert len(MORE) >= 40
+def test_the_more_cases_are_at_least_40_distinct_kinds_across_the_commands():
+    """Each case is its own kind of bad input: no two expect the same error from the same command
+    line and files (two cases may share a command whose results directory their fixture breaks
+    differently), the error each expects is named (a field, a flag or a file), over at least 8
+    of the subcommands."""
+    kinds = [(tuple(argv), repr(sorted(files.items())), expected) for files, argv, expected, _ in MORE.values()]
+    assert len(set(kinds)) == len(kinds) >= 40
+    assert all(expected.strip() for _, _, expected in kinds)
+    assert len({argv[0] for argv, _, _ in kinds}) >= 8
 
 
 def test_real_parquet_without_pyarrow_is_refused_before_measuring(tmp_path, monkeypatch, capsys):

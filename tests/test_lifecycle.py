@@ -282,11 +282,12 @@ def test_ranks_beyond_what_the_machine_holds_are_refused_in_one_line(capsys, mon
     from real.launch import max_ranks
     from scalebench.cli import main
 
-    # the available memory as read once: it moves between two reads (22.5 then 22.4 GiB failed CI)
-    free = real.launch.memory_available_bytes()
-    monkeypatch.setattr(real.launch, "memory_available_bytes", lambda: free)
-    most, why = max_ranks()
+    # a machine of 3 CPUs with 6 GiB available, by hand: 3 x 8 ranks per CPU = 24 by CPU,
+    # 6 GiB / 512 MiB per rank = 12 by memory: at most 12
+    monkeypatch.setattr(real.launch, "memory_available_bytes", lambda: 6 * 2**30)
+    monkeypatch.setattr(real.launch.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert max_ranks()[0] == 12
     assert main(["real", "--gpus", "1000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"scalebench real: error: --gpus: got 1000; allowed: at most {most} ranks on this machine ({why})"]
-    assert "ranks per CPU" in why and "MiB per rank" in why
+    assert err == ["scalebench real: error: --gpus: got 1000; allowed: at most 12 ranks on this machine "
+                   "(3 CPUs x 8 ranks per CPU = 24; 6.0 GiB available / 512 MiB per rank = 12)"]

@@ -33,8 +33,14 @@ def test_plan_prints_writes_and_reproduces(tmp_path, capsys):
         rows = list(csv.DictReader(fh))
     assert sum(int(r["candidates"]) for r in rows) == enumerated
     first = next(r for r in rows if r["rank"] == "1")
-    again = simulate(load_scenario(tmp_path / "winner.yaml"))  # what 'scalebench simulate winner.yaml' runs
-    assert again.iteration_time_s == float(first["iteration_time_s"])
+    winner = load_scenario(tmp_path / "winner.yaml")  # what 'scalebench simulate winner.yaml' runs
+    # the file is the ranked row's configuration, field by field (the CSV and the YAML are written apart)
+    s = winner.strategy
+    assert (s.dp_degree(winner.cluster.world_size), s.pp, s.tp) == (int(first["dp"]), int(first["pp"]), int(first["tp"]))
+    assert (s.backend, s.collective, winner.cluster.world_size) == (first["backend"], first["collective"],
+                                                                    int(first["gpus"]))
+    # and simulating it gives the ranked row's time (the planner's figures are simulate()'s)
+    assert simulate(winner).iteration_time_s == float(first["iteration_time_s"])
     assert {r["status"] for r in rows} <= {"simulated", "removed"}
     assert (tmp_path / "pareto.png").stat().st_size > 0 and (tmp_path / "pareto.svg").stat().st_size > 0
     assert not list(tmp_path.glob(".*.tmp"))  # nothing half-written left behind

@@ -493,13 +493,21 @@ def test_stall_depends_on_the_first_collective_size_in_log_bytes(tmp_path_factor
     size, the mean of the sizes."""
     import math
 
-    from real.stall_bench import interpolate_stall_s, stall_for
+    from real.stall_bench import stall_for
 
     cal_dir = tmp_path_factory.mktemp("cal")
     _stall_file(cal_dir, with_by_size=with_by_size)
-    small_curve, big_curve = {0.25: 0.0, 16.0: 2.5e-3}, {0.25: 0.7e-3, 16.0: 2.5e-3}
     burst_s = burst_ms / 1e3
-    lo, hi = interpolate_stall_s(small_curve, burst_s), interpolate_stall_s(big_curve, burst_s)
+
+    def by_hand(at_quarter_ms: float, at_16_ms: float) -> float:  # 0 at b = 0, linear between, held after 16 ms
+        if burst_ms <= 0.25:
+            return at_quarter_ms * burst_ms / 0.25
+        if burst_ms >= 16.0:
+            return at_16_ms
+        return at_quarter_ms + (at_16_ms - at_quarter_ms) * (burst_ms - 0.25) / (16.0 - 0.25)
+
+    # the file's stalls (in situ - back to back, clipped at 0): 1 KiB 0 and 2.5 ms, 1 MiB 0.7 and 2.5 ms
+    lo, hi = by_hand(0.0, 2.5e-3), by_hand(0.7e-3, 2.5e-3)
     share = min(1.0, max(0.0, (math.log(size) - math.log(1024)) / (math.log(2**20) - math.log(1024))))
     assert stall_for(cal_dir, 2, burst_s, size) == pytest.approx(lo + share * (hi - lo), abs=1e-12)
     assert stall_for(cal_dir, 2, burst_s) == pytest.approx((lo + hi) / 2, abs=1e-12)

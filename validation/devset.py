@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import math
 import re
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,8 @@ class Prediction:
     """'s' (errors in %), 'GB/s' (errors in %) or 'eff' (errors in percentage points)."""
     gated: bool = True
     """Inside the rows the README's floor covers."""
+    gpus: int = 0
+    """The row's GPU count, where it has one (targets that hold at some GPU counts only)."""
 
     def error(self, value: float | None = None) -> float:
         value = self.predicted if value is None else value
@@ -221,59 +222,37 @@ def horovod_predictions(data_dir: Path) -> list[Prediction]:
         grad_bytes = scenario.workload.param_count * 4
         naive = naive_horovod_efficiency(64 / per_gpu, grad_bytes, gpus)
         out.append(Prediction(f"horovod {r['model']}", f"{kind} {gpus} GPUs", float(r["value"]) / bar, predicted,
-                              naive, "eff", gated=True))
-    return out
+                              naive, "eff", gated=True, gpus=gpus))
+    return out + tcp_roce_gaps(out)
 
 
-# -- report --------------------------------------------------------------------------------
-
-TARGETS = {  # the issue's targets (MAPE %, or median / worst pp)
-    "tc allreduce nccl": "MAPE <= 5 %", "tc allreduce gloo": "MAPE <= 10 %",
-    "tc p2p nccl": "MAPE <= 2 %", "tc p2p gloo": "MAPE <= 5 %",
-    "nccl busbw A100 8 GPUs": "MAPE <= 10 % (1 MB-8 GB)", "nccl busbw H200 8 GPUs": "MAPE <= 10 % (1 MB-8 GB)",
-    "horovod InceptionV3": "median <= 2 pp; worst <= 4 pp at 32-128",
-    "horovod ResNet-101": "median <= 2 pp; worst <= 4 pp at 32-128",
-}
-
-
-KNOWN_GAPS = {
-    "horovod InceptionV3": "the documented mechanisms (Horovod 2017's fusion, WAIT_FOR_DATA, NCCL's SMs, the proxy "
-                           "thread copying NCCL's sockets) leave 15-35 ms per iteration unexplained at 32-128 GPUs; "
-                           "the no-overlap floor fits better (docs/validation.md)",
-}
-"""Groups where the model is known to be worse than the naive floor, with why; printed as such.
-They do not fail the default run (``--strict`` fails them too); one that beats its floor again
-must leave this list (tests/test_devset_and_cli.py checks)."""
+def tcp_roce_gaps(preds: list[Prediction]) -> list[Prediction]:
+    """The README's 'TCP-vs-RoCE gap': RoCE efficiency minus TCP efficiency at the same GPU count,
+    measured and predicted (pp); the naive floor, a ring at the same 25 Gbit/s line rate over
+    both, predicts no gap."""
+    by_key = {(p.group, p.case.split()[0], p.gpus): p for p in preds}
+    gaps = []
+    for (group, kind, gpus), tcp in sorted(by_key.items()):
+        roce = by_key.get((group, "RDMA", gpus))
+        if kind != "TCP" or roce is None:
+            continue
+        gaps.append(Prediction("horovod TCP-vs-RoCE gap", f"{group.removeprefix('horovod ')} {gpus} GPUs",
+                               roce.measured - tcp.measured, roce.predicted - tcp.predicted,
+                               roce.naive - tcp.naive, "eff", gated=True, gpus=gpus))
+    return gaps
 
 
-@dataclass(frozen=True)
-class GroupSummary:
-    group: str
-    rows: int
-    model: str
-    floor: str
-    worse_than_floor: bool
-    target: str
-    worst_case: str
+# -- report (validation/devset_report.py) ------------------------------------------------
 
+from validation.devset_report import (  # noqa: E402  (re-exported: the command and the tests use them here)
+    KNOWN_GAPS,
+    GroupSummary,
+    devset_report,
+    failing_groups,
+    summarise,
+)
 
-def _summarise(group: str, preds: list[Prediction]) -> GroupSummary:
-    gated = [p for p in preds if p.gated]
-    use = gated or preds
-    unit = use[0].unit
-    errs = [abs(p.error()) for p in use]
-    naive = [abs(p.error(p.naive)) for p in use]
-    worst = max(use, key=lambda p: abs(p.error()))
-    if unit == "eff":
-        model = f"median {statistics.median(errs):.1f} / worst {max(errs):.1f} pp"
-        floor = f"median {statistics.median(naive):.1f} / worst {max(naive):.1f} pp"
-        worse = statistics.median(errs) > statistics.median(naive) or max(errs) > max(naive)
-    else:
-        model = f"MAPE {statistics.mean(errs):.1f} % (worst {max(errs):.1f})"
-        floor = f"MAPE {statistics.mean(naive):.1f} %"
-        worse = statistics.mean(errs) > statistics.mean(naive)
-    return GroupSummary(group, len(use), model, floor, worse and bool(gated), TARGETS.get(group, ""),
-                        f"{worst.case}: {worst.error():+.1f}{' pp' if unit == 'eff' else ' %'}")
+__all__ = ["KNOWN_GAPS", "GroupSummary", "Prediction", "devset_report", "failing_groups", "run_devset"]
 
 
 def run_devset(data_dir: Path | None = None) -> tuple[list[Prediction], list[GroupSummary]]:
@@ -287,28 +266,4 @@ def run_devset(data_dir: Path | None = None) -> tuple[list[Prediction], list[Gro
     groups: dict[str, list[Prediction]] = {}
     for p in preds:
         groups.setdefault(p.group, []).append(p)
-    return preds, [_summarise(g, ps) for g, ps in groups.items()]
-
-
-def failing_groups(summaries: list[GroupSummary], strict: bool = False) -> list[str]:
-    """Groups worse than their floor that fail the run: all of them with ``strict``, else those
-    not in KNOWN_GAPS."""
-    return [s.group for s in summaries if s.worse_than_floor and (strict or s.group not in KNOWN_GAPS)]
-
-
-def devset_report(summaries: list[GroupSummary], strict: bool = False) -> str:
-    lines = ["| group | rows | scalebench | naive floor | target | worst row |", "|---|---|---|---|---|---|"]
-    for s in summaries:
-        flag = ""
-        if s.worse_than_floor:
-            flag = " **worse than the floor**" + (" (known gap)" if s.group in KNOWN_GAPS else "")
-        lines.append(f"| {s.group} | {s.rows} | {s.model}{flag} | {s.floor} | {s.target} | {s.worst_case} |")
-    known = [s.group for s in summaries if s.worse_than_floor and s.group in KNOWN_GAPS]
-    failing = failing_groups(summaries, strict)
-    lines.append("")
-    for group in known:
-        lines.append(f"known gap: {group}: {KNOWN_GAPS[group]}")
-    lines.append("FAIL: worse than the naive floor in " + ", ".join(failing) if failing
-                 else "PASS: every gated group beats or ties the naive floor"
-                 + (f", except the known gaps above ({len(known)})" if known else ""))
-    return "\n".join(lines) + "\n"
+    return preds, [summarise(g, ps) for g, ps in groups.items()]

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import re
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -143,10 +142,11 @@ def chainermn_predictions(data_dir: Path, read) -> list:
         if r["metric"] == "throughput":
             measured = _number(r["value"]) / (gpus * base[framework])
             out.append(Prediction(f"chainermn2017 {framework}", f"{gpus} GPUs", measured, predicted(framework, gpus),
-                                  naive, "eff", gated=True))
+                                  naive, "eff", gated=True, gpus=gpus))
         elif r["metric"] == "speedup":
             out.append(Prediction(f"chainermn2017 {framework} (100-epoch speedup)", f"{gpus} GPUs",
-                                  _number(r["value"]) / gpus, predicted(framework, gpus), naive, "eff", gated=False))
+                                  _number(r["value"]) / gpus, predicted(framework, gpus), naive, "eff", gated=False,
+                                  gpus=gpus))
         elif r["metric"] == "time to train":
             images_per_s = 100 * IMAGENET_TRAIN_IMAGES / (_number(r["value"]) * 3600)
             out.append(Prediction("chainermn2017 100 epochs on 128 GPUs", f"{framework}",
@@ -210,7 +210,8 @@ def goyal_predictions(data_dir: Path, read) -> list:
             case = "352 vs 8 GPUs (time per iteration +12 %)"
         else:
             continue
-        out.append(Prediction("goyal2017 caffe2+gloo ResNet-50", case, measured, predicted, naive, "eff", gated=True))
+        out.append(Prediction("goyal2017 caffe2+gloo ResNet-50", case, measured, predicted, naive, "eff", gated=True,
+                              gpus=352))
     return out
 
 
@@ -244,17 +245,13 @@ def horovod_docs_predictions(data_dir: Path, read) -> list:
         predicted = result.throughput_samples_per_s / (gpus * per_gpu[r["model"]])
         naive = naive_efficiency(64 / per_gpu[r["model"]], grad_bytes(model), gpus, float(r["inter_node_gbps"]))
         out.append(Prediction("horovod docs RoCE 128-512", f"{r['model']} {gpus} GPUs", _number(r["value"]) / 100,
-                              predicted, naive, "eff", gated=True))
+                              predicted, naive, "eff", gated=True, gpus=gpus))
     return out
 
 
 def second_tranche_predictions(data_dir: Path, read) -> list:
     return (chainermn_predictions(data_dir, read) + goyal_predictions(data_dir, read)
             + horovod_docs_predictions(data_dir, read))
-
-
-def signed_median_pp(preds: list) -> float:
-    return statistics.median(p.error() for p in preds)
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

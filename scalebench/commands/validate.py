@@ -116,6 +116,7 @@ def _devset(args: argparse.Namespace) -> int:
 
     _, summaries = run_devset(Path(args.data) if args.data else None)
     sys.stdout.write("The model against public measurements of real GPU clusters (validation/devset/README.md);\n"
-                     "errors on the rows the naive floor covers (tc rows with a rate; busbw from 1 MB):\n\n")
+                     "errors on the rows the naive floor covers (tc rows with a rate; busbw from 1 MB); efficiency\n"
+                     "groups in percentage points, signed median > 0: the model is optimistic:\n\n")
     sys.stdout.write(devset_report(summaries, args.strict))
     return 1 if failing_groups(summaries, args.strict) else 0

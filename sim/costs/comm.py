@@ -40,20 +40,22 @@ class CommSpec:
     ps_layout: str = "dedicated"
     ps_rpc: str | None = None
     root_collective: str | None = None
+    concurrent: int = 1
     idle_s: float = 0.0
     socket_nthreads: int | None = None
     nsocks_perthread: int | None = None
 
     def options(self, algorithm: str | None = None) -> CommOptions:
         return CommOptions(algorithm=algorithm, protocol=self.protocol, idle_s=self.idle_s,
-                           socket_nthreads=self.socket_nthreads, nsocks_perthread=self.nsocks_perthread)
+                           socket_nthreads=self.socket_nthreads, nsocks_perthread=self.nsocks_perthread,
+                           concurrent=self.concurrent)
 
 
 def spec_of(strategy) -> CommSpec:
     """The communication part of a resolved ``sim.strategy.Strategy``."""
     return CommSpec(backend=strategy.backend or "nccl", collective=strategy.collective, protocol=strategy.protocol,
                     ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout, ps_rpc=strategy.ps_rpc,
-                    root_collective=strategy.root_collective,
+                    root_collective=strategy.root_collective, concurrent=strategy.concurrent_collectives,
                     socket_nthreads=strategy.nccl_socket_nthreads, nsocks_perthread=strategy.nccl_nsocks_perthread)
 
 

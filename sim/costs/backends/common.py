@@ -43,6 +43,10 @@ class CommOptions:
     """NCCL_SOCKET_NTHREADS (helper threads per socket connection); None: NCCL's choice by NIC."""
     nsocks_perthread: int | None = None
     """NCCL_NSOCKS_PERTHREAD (sockets per helper thread); None: NCCL's choice by NIC."""
+    concurrent: int = 1
+    """Collectives of this kind in flight at once, each on its own communicator and connections
+    (Caffe2's max_concurrent_distributed_ops): a library that honours it (gloo's halving/doubling)
+    moves their bytes over that many streams per rank, sharing the node's NICs."""
 
 
 @dataclass(frozen=True)

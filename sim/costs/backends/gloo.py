@@ -155,31 +155,42 @@ def _ring(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> Comm
     return CommCost(serial + wire + cold, "ring", "", ring_bytes_by_link(volume, group))
 
 
+def binary_blocks(p: int) -> list[int]:
+    """gloo's binary blocks of p ranks, largest first (44 = 32 + 8 + 4: initBinaryBlocks)."""
+    return [1 << b for b in range(p.bit_length() - 1, -1, -1) if p & (1 << b)]
+
+
 def halving_doubling_allreduce(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
     """gloo's allreduce_halving_doubling (gloo/allreduce_halving_doubling.h, as Caffe2 ran it in
-    Goyal et al. 2017): a reduce-scatter by recursive halving then an allgather by recursive
-    doubling (Thakur, Rabenseifner and Gropp 2005), every rank exchanging with one peer per step
-    over its pair's one TCP stream, all ranks at once:
-        T = (2 log2 p + e) alpha + 2 (p-1)/p S / R + e S / R,
-    R a rank's share of its node's NICs (each of its streams at most one stream's rate), e = 2
-    extra steps where p is not a power of two (the extra ranks' blocks fold in first: gloo's
-    'binary blocks' send a non-power-of-two remainder's data to the larger block and back)."""
+    Goyal et al. 2017): the ranks split into binary blocks (initBinaryBlocks: 44 = 32 + 8 + 4);
+    inside each, a reduce-scatter by recursive halving (log2 b steps of S/2, S/4, ...), each
+    smaller block then hands its reduced chunks to the next larger one and gets the result back
+    after an allgather by recursive doubling (Thakur, Rabenseifner and Gropp 2005). Every rank
+    exchanges with one peer per step, all at once, over its pair's TCP stream(s):
+        T = 2 (log2 B + k - 1) alpha + 2 ((B-1)/B + [k > 1] / b_min) S / R,
+    B the largest block, b_min the smallest, k the number of blocks (the hand-offs between blocks
+    run down the chain of smaller blocks: the smallest block's S/b_min chunk is the last to
+    arrive), R a rank's share of its node's NICs with ``options.concurrent`` allreduces in flight
+    on their own connections (each stream at most one stream's rate)."""
     from sim.costs.backends.common import inter_node_Bps
 
     p = group.world_size
     if p == 1 or n_bytes <= 0:
         return zero_cost("halving_doubling")
-    lg = math.floor(math.log2(p))
-    extra = 0 if 2**lg == p else 2
+    blocks = binary_blocks(p)
+    largest, smallest = blocks[0], blocks[-1]
     hop = ring_hop_link(group)
+    streams = max(1, options.concurrent)
     if group.nodes > 1:
-        rate = inter_node_Bps(group, group.gpus_per_node) / group.gpus_per_node
+        rate = inter_node_Bps(group, group.gpus_per_node * streams) / group.gpus_per_node
     else:
-        rate = connection_Bps(group.intra_link, 1)
+        rate = connection_Bps(group.intra_link, streams)
     volume = ring_volume_bytes("allreduce", n_bytes, p)
-    t = (2 * lg + extra) * hop.alpha_s + (2 * (p - 1) / p + extra) * n_bytes / rate
+    steps = 2 * (math.log2(largest) + len(blocks) - 1)
+    fraction = (largest - 1) / largest + (1 / smallest if len(blocks) > 1 else 0.0)
+    t = steps * hop.alpha_s + 2 * fraction * n_bytes / rate
     if group.nodes > 1:
-        t += cold_start_s(group.inter_link, volume, group.gpus_per_node, options.idle_s)
+        t += cold_start_s(group.inter_link, volume, group.gpus_per_node * streams, options.idle_s)
     return CommCost(t, "halving_doubling", "", ring_bytes_by_link(volume, group))
 
 
