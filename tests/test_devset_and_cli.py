@@ -112,6 +112,28 @@ def test_validate_devset_prints_the_table_and_exits_by_the_floor(capsys, devset)
     assert strict == (1 if any(s.worse_than_floor for s in summaries) else 0)
 
 
+def test_ci_tolerates_exactly_the_known_gaps_by_name(devset, capsys):
+    """.ci/run names every known gap it tolerates; a name that is no known gap is refused, and
+    naming fewer than the failing gaps fails the run."""
+    import re
+
+    from validation.devset import DEVSET_DIR as data
+
+    ci = (data.parents[1] / ".ci" / "run").read_text()
+    assert set(re.findall(r'--tolerate "([^"]+)"', ci)) == set(KNOWN_GAPS)
+    _, summaries = devset
+    failing_known = [s.group for s in summaries if s.worse_than_floor and s.group in KNOWN_GAPS]
+    args = ["validate", "--suite", "devset"]
+    assert main([*args, *[x for g in KNOWN_GAPS for x in ("--tolerate", g)]]) == 0
+    capsys.readouterr()
+    if failing_known:
+        assert main([*args, "--tolerate", failing_known[0]]) == (1 if len(failing_known) > 1 else 0)
+        out = capsys.readouterr().out
+        assert f"FAIL tolerated by name (known gap; fails under --strict): {failing_known[0]}" in out
+    assert main([*args, "--tolerate", "no such group"]) == 2
+    assert "--tolerate" in capsys.readouterr().err
+
+
 def test_known_gaps_are_still_gaps(devset):
     """A group that beats its floor again must leave validation.devset.KNOWN_GAPS."""
     _, summaries = devset

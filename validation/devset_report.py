@@ -101,6 +101,14 @@ KNOWN_GAPS = {
     "horovod InceptionV3": "the documented mechanisms (Horovod 2017's fusion, WAIT_FOR_DATA, its negotiation, NCCL's "
                            "SMs, the proxy thread copying NCCL's sockets) leave 15-35 ms per iteration unexplained at "
                            "32-128 GPUs; the no-overlap floor fits better (docs/validation.md)",
+    "chainermn2017 MXNet": "MXNet overlaps every key's push and pull with backward, so the model's parameter servers "
+                           "hide behind compute up to 32 GPUs where the plot shows 53-60 %; missing: the node's host "
+                           "(8 cores) that feeds real ImageNet data and runs the kvstore, whose throughput per node "
+                           "stays at 190-240 images/s from 4 GPUs on (docs/validation.md)",
+    "goyal2017 caffe2+gloo ResNet-50": "with 16 halving/doubling allreduces in flight and each layer reduced as "
+                                       "backward produces it, the model hides 112 ms of communication behind a 120 ms "
+                                       "backward (99.7 % at 352 GPUs) where the paper measures 89-90 %; the "
+                                       "no-overlap floor is closer (docs/validation.md)",
 }
 """Groups worse than their floor that CI tolerates by name, each with why; printed as failures.
 ``--strict`` fails them too; one that beats its floor again must leave this list
@@ -178,35 +186,46 @@ def summarise(group: str, preds: list) -> GroupSummary:
                         readme_floor=readme_text)
 
 
-def failing_groups(summaries: list[GroupSummary], strict: bool = False) -> list[str]:
+def tolerated(strict: bool, tolerate: set[str] | None) -> set[str]:
+    """The known gaps a run tolerates by name: none with ``strict``, the named ones where any are
+    named (CI's .ci/run names each), else all of KNOWN_GAPS."""
+    if strict:
+        return set()
+    return set(KNOWN_GAPS) if tolerate is None else set(tolerate) & set(KNOWN_GAPS)
+
+
+def failing_groups(summaries: list[GroupSummary], strict: bool = False, tolerate: set[str] | None = None) -> list[str]:
     """Groups worse than their floor that fail the run: all of them with ``strict``, else those
-    CI does not tolerate by name (KNOWN_GAPS)."""
-    return [s.group for s in summaries if s.worse_than_floor and (strict or s.group not in KNOWN_GAPS)]
+    not tolerated by name (``tolerated``)."""
+    allowed = tolerated(strict, tolerate)
+    return [s.group for s in summaries if s.worse_than_floor and s.group not in allowed]
 
 
-def devset_report(summaries: list[GroupSummary], strict: bool = False) -> str:
+def devset_report(summaries: list[GroupSummary], strict: bool = False, tolerate: set[str] | None = None) -> str:
+    allowed = tolerated(strict, tolerate)
     lines = ["| group | rows | scalebench | signed median | naive floor | target | status | worst row |",
              "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         flag = ""
         if s.worse_than_floor:
-            flag = " **worse than the floor**" + (" (known gap, tolerated by name)" if s.group in KNOWN_GAPS and not strict
-                                                   else "")
+            flag = " **worse than the floor**" + (" (known gap, tolerated by name)" if s.group in allowed else "")
         signed = "" if s.signed_median is None else f"{s.signed_median:+.1f} pp"
         floor = s.floor + (f"; {s.readme_floor}" if s.readme_floor else "")
         rows = f"{s.rows}" + ("" if s.gated else " (not gated)")
         lines.append(f"| {s.group} | {rows} | {s.model}{flag} | {signed} | {floor} | {s.target} | {s.status} "
                      f"| {s.worst_case} |")
-    known = [s.group for s in summaries if s.worse_than_floor and s.group in KNOWN_GAPS]
-    failing = failing_groups(summaries, strict)
+    known = [s.group for s in summaries if s.worse_than_floor and s.group in allowed]
+    failing = failing_groups(summaries, strict, tolerate)
     judged = [s for s in summaries if s.targets_met]
     met = sum(all(s.targets_met) for s in judged)
     gated = [s for s in summaries if s.gated]
     beating = sum(not s.worse_than_floor for s in gated)
     lines.append("")
     for group in known:
-        lines.append(f"known gap{'' if strict else ' (tolerated by name; fails under --strict)'}: {group}: "
-                     f"{KNOWN_GAPS[group]}")
+        lines.append(f"FAIL tolerated by name (known gap; fails under --strict): {group}: {KNOWN_GAPS[group]}")
+    for group in failing:
+        if group in KNOWN_GAPS:
+            lines.append(f"known gap not tolerated here: {group}: {KNOWN_GAPS[group]}")
     missed = [s.group for s in judged if not all(s.targets_met)]
     lines.append(f"targets: {met} of {len(judged)} groups meet all their targets"
                  + (f"; missed: {', '.join(missed)}" if missed else ""))

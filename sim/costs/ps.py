@@ -112,9 +112,11 @@ PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "colocated_aggregated
 - node_aggregated: the node's GPUs first sum their gradients inside the node (a reduce to one
   GPU), one push and pull per node to P dedicated servers, a broadcast inside the node
   (TF's replicated variables with local aggregation).
-- colocated_aggregated: node_aggregated with one server process on each of P worker nodes
-  (MXNet's dist_sync kvstore as its launcher starts it: a worker and a server per machine, the
-  worker summing its GPUs' gradients before pushing, src/kvstore/kvstore_dist.h Push_).
+- colocated_aggregated: one server process on each of P worker nodes and one worker per
+  node that sums its GPUs' gradients in host memory before pushing and copies the pulled values
+  back to them (MXNet's dist_sync kvstore as its launcher starts it: a worker and a server per
+  machine; src/kvstore/kvstore_dist.h Push_, CommCPU in src/kvstore/comm.h:
+  ``host_reduce_broadcast_s``).
 - centralized: one root sums and sends back: the library's reduce then broadcast."""
 
 
@@ -137,6 +139,28 @@ def _node_reduce_broadcast(n_bytes: float, cluster: Cluster, backend: str, optio
     red = comm_cost(backend, "reduce", n_bytes, node, options)
     bc = comm_cost(backend, "broadcast", n_bytes, node, options)
     return red.time_s + bc.time_s, red.bytes_by_link["intra"] + bc.bytes_by_link["intra"]
+
+
+MXNET_REDUCTION_THREADS = 4
+"""MXNET_KVSTORE_REDUCTION_NTHREADS' default (src/kvstore/comm.h, CommCPU: ``dmlc::GetEnv(
+"MXNET_KVSTORE_REDUCTION_NTHREADS", 4)``)."""
+
+
+def host_reduce_broadcast_s(n_bytes: float, cluster: Cluster) -> float:
+    """MXNet's CommCPU (src/kvstore/comm.h) for one key: every GPU's gradient copied to pinned
+    host memory over its own PCIe link (concurrently), summed there by MXNET_REDUCTION_THREADS
+    threads (g arrays read, one written, each thread at one core's streaming-sum rate,
+    sim.costs.backends.gloo.HOST_REDUCE_Bps), and after the pull copied back to every GPU:
+        t = S / B_pcie + (g + 1) S / (threads x R_core) + S / B_pcie,
+    B_pcie the GPU's link to the host (the catalog's PCIe Gen3 x16 payload rate)."""
+    from sim.catalog import builtin_catalog
+    from sim.costs.backends.gloo import HOST_REDUCE_Bps
+
+    g = cluster.gpus_per_node
+    pcie = cluster.intra_link if cluster.intra_link.kind == "pcie" else builtin_catalog().links["pcie3"]
+    copy = n_bytes / pcie.effective_Bps
+    reduce = (g + 1) * n_bytes / (MXNET_REDUCTION_THREADS * HOST_REDUCE_Bps) if g > 1 else 0.0
+    return 2 * copy + reduce
 
 
 def ps_phase_s(held_bytes: list[float], cluster: Cluster, pushers_per_node: int, server_nodes: int | None,
@@ -203,12 +227,14 @@ def ps_sync_cost(n_bytes: float, cluster: Cluster, servers: int, layout: str, ba
         held_bytes = [n_bytes / servers] * servers
     inside, intra_bytes = 0.0, 0.0
     pushers_per_node = g
-    if aggregated and g > 1:
+    if layout == "colocated_aggregated":  # the worker stages every key through host memory, even alone
+        inside = host_reduce_broadcast_s(n_bytes, cluster)
+        intra_bytes = 2 * g * n_bytes * nodes
+        pushers_per_node = 1
+    elif aggregated and g > 1:
         inside, per_node = _node_reduce_broadcast(n_bytes, cluster, backend, options)
         intra_bytes = per_node * nodes
         pushers_per_node = 1
-    if aggregated and nodes == 1 and colocated:  # one node, its own server: the local sum is the sync
-        return CommCost(inside, "ps", "", {"intra": intra_bytes, "inter": 0.0})
     rpc_Bps = PS_RPCS[rpc].stream_Bps if rpc else None
     phase, crossing = ps_phase_s(held_bytes, cluster, pushers_per_node, servers if colocated else None, rpc_Bps)
     cold = cold_start_s(link, max(held_bytes), 1, options.idle_s) if not (colocated and nodes == 1) else 0.0
