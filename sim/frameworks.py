@@ -33,10 +33,12 @@ documentation or source, never from a result to match:
   MXNET_KVSTORE_BIGARRAY_BOUND = 10^6 elements split over every server, a smaller one whole on
   server (key x 9973) mod P; pushes and pulls over ps-lite's ZeroMQ TCP sockets, key by key as
   backward produces them (its engine's priorities: overlap).
-- cntk: CNTK 2.0 (Jan 2017) data-parallel SGD, OpenMPI 1.10.3 + NCCL inside a node: the
-  gradients aggregated after backward (SimpleDistGradAggregator), a reduce to one GPU per node,
-  an MPI allreduce among the nodes, a broadcast back (as ChainerMN 2017's hierarchical
-  communicator; the post: 'MPI allreduce (OpenMPI 1.10.3) + NCCL intra-node').
+- cntk: CNTK 2.0 (Jan 2017) data-parallel SGD (Source/SGDLib/SimpleDistGradAggregator.h):
+  after backward (AggregateGradients is called once the minibatch's gradients exist), one
+  MPI_Iallreduce per gradient matrix over all ranks (every GPU an MPI rank: flat), staged
+  through pinned host buffers where NCCL is not supported (NcclComm: NCCL 1 inside one node
+  only; the post: 'MPI allreduce (OpenMPI 1.10.3) + NCCL intra-node'). Host staging of MPI's
+  buffers is the library's (issue 26, H2); here MPI's collectives on the GPUs' data.
 - caffe2_gloo: Caffe2 + Gloo as Goyal et al. 2017 ran ResNet-50 on 352 GPUs (section 4): per
   server a reduce of the 8 GPUs' gradients, a recursive halving/doubling allreduce among the
   servers (gloo allreduce_halving_doubling), a broadcast back; 'pipelined with backprop' (each
@@ -68,8 +70,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                    "overlap": True},
     "mxnet_ps": {"collective": "ps", "ps_layout": "colocated_aggregated", "ps_placement": "mxnet_keys",
                  "ps_rpc": "ps_lite_zmq", "overlap": True, "bucket_mib": 1e-6, "first_bucket_mib": 1e-6},
-    "cntk": {"collective": "hierarchical_root", "backend": "mpi", "bucket_mib": 1e9, "first_bucket_mib": 1e9,
-             "overlap": False},
+    "cntk": {"backend": "mpi", "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": False},
     "caffe2_gloo": {"collective": "hierarchical_root", "backend": "gloo", "root_collective": "halving_doubling",
                     "concurrent_collectives": 16, "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": True},
 }
