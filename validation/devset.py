@@ -28,10 +28,8 @@ How each file is read (only what its README and sources say; nothing fitted to t
 
 from __future__ import annotations
 
-import csv
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,42 +38,14 @@ from sim.cluster import Cluster, cluster_from_dict
 from sim.costs.backends import BUSBW_FACTOR, CommOptions, comm_cost
 from sim.costs.backends.nccl import nvls_available
 from sim.errors import ConfigError
+from validation.devset_rows import DEVSET_DIR, Prediction, horovod_scenario
+from validation.devset_rows import read_rows as _read
 
-DEVSET_DIR = Path(__file__).resolve().parent / "devset"
 FILES = ("tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv", "horovod_tcp_vs_roce.csv",
          "chainermn_2017_frameworks.csv", "goyal_2017_caffe2_gloo.csv", "horovod_docs_roce.csv")
 IDLE_BETWEEN_CALLS_S = 1.0
 """tc_cluster_setting's benchmarks call time.sleep(1) between timed calls."""
 MIB = 2**20
-
-
-@dataclass(frozen=True)
-class Prediction:
-    group: str
-    case: str
-    measured: float
-    predicted: float
-    naive: float
-    unit: str
-    """'s' (errors in %), 'GB/s' (errors in %) or 'eff' (errors in percentage points)."""
-    gated: bool = True
-    """Inside the rows the README's floor covers."""
-    gpus: int = 0
-    """The row's GPU count, where it has one (targets that hold at some GPU counts only)."""
-
-    def error(self, value: float | None = None) -> float:
-        value = self.predicted if value is None else value
-        if self.unit == "eff":
-            return 100.0 * (value - self.measured)
-        return 100.0 * (value - self.measured) / self.measured
-
-
-def _read(path: Path) -> list[dict[str, str]]:
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except OSError as err:
-        raise ConfigError("--data", str(path.parent), f"a directory holding {path.name} ({err.strerror})") from None
 
 
 # -- tc-shaped AWS nodes -------------------------------------------------------------------
@@ -180,19 +150,6 @@ def busbw_predictions(data_dir: Path) -> list[Prediction]:
 
 HOROVOD_MODELS = {"InceptionV3": "inception_v3", "ResNet-101": "resnet101"}
 HOROVOD_LINKS = {"TCP": "tcp_25gbe", "RDMA": "roce_25g"}
-
-
-def horovod_scenario(model: str, gpus: int, inter_link: str, ideal_per_gpu: float, batch: int = 64):
-    from sim.calibration import throughput_calibrated_scenario
-
-    spec = {
-        "name": f"horovod-{model}-{gpus}-{inter_link}",
-        "workload": {"model": model, "batch_size": batch},
-        "cluster": {"gpus": gpus, "gpus_per_node": 4, "gpu": "p100_pcie", "intra_link": "pcie3",
-                    "inter_link": inter_link},
-        "strategy": {"framework": "horovod", "precision": "fp32"},
-    }
-    return throughput_calibrated_scenario(spec, {"single_gpu_samples_per_s": ideal_per_gpu, "batch_size": batch})
 
 
 def naive_horovod_efficiency(t1_s: float, grad_bytes: float, gpus: int, line_gbps: float = 25.0) -> float:

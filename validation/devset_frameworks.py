@@ -28,12 +28,12 @@ figure, a ring allreduce of the fp32 gradients at the inter-node line rate, no o
 
 from __future__ import annotations
 
-import csv
 import re
 from pathlib import Path
 from typing import Any
 
 from sim.catalog import Catalog, builtin_catalog
+from validation.devset_rows import Prediction, horovod_scenario
 
 IPOIB_LINK = "ipoib_fdr"
 IPOIB_PLACEHOLDER = {
@@ -119,7 +119,6 @@ def chainermn_scenario(framework: str, gpus: int, single_gpu_samples_per_s: floa
 
 def chainermn_predictions(data_dir: Path, read) -> list:
     from sim.simulate import simulate
-    from validation.devset import Prediction
 
     rows = read(data_dir / "chainermn_2017_frameworks.csv")
     base = {r["framework"]: float(r["baseline_1gpu"]) for r in rows if r["metric"] == "throughput" and r["baseline_1gpu"]}
@@ -191,7 +190,6 @@ def goyal_scenario(gpus: int):
 
 def goyal_predictions(data_dir: Path, read) -> list:
     from sim.simulate import simulate
-    from validation.devset import Prediction
 
     rows = read(data_dir / "goyal_2017_caffe2_gloo.csv")
     t8 = simulate(goyal_scenario(8)).iteration_time_s
@@ -232,7 +230,6 @@ def horovod_docs_per_gpu(data_dir: Path, read) -> dict[str, float]:
 
 def horovod_docs_predictions(data_dir: Path, read) -> list:
     from sim.simulate import simulate
-    from validation.devset import Prediction, horovod_scenario
 
     per_gpu = horovod_docs_per_gpu(data_dir, read)
     out = []
@@ -252,8 +249,3 @@ def horovod_docs_predictions(data_dir: Path, read) -> list:
 def second_tranche_predictions(data_dir: Path, read) -> list:
     return (chainermn_predictions(data_dir, read) + goyal_predictions(data_dir, read)
             + horovod_docs_predictions(data_dir, read))
-
-
-def read_rows(path: Path) -> list[dict[str, str]]:
-    with path.open(newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))

@@ -1,0 +1,55 @@
+"""What the development set's loaders share: a prediction row, the CSV reader, where the shipped
+files are, and the Horovod benchmark's scenario (validation/devset.py and devset_frameworks.py
+both build on these; kept apart so neither imports the other)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+DEVSET_DIR = Path(__file__).resolve().parent / "devset"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    group: str
+    case: str
+    measured: float
+    predicted: float
+    naive: float
+    unit: str
+    """'s' (errors in %), 'GB/s' (errors in %) or 'eff' (errors in percentage points)."""
+    gated: bool = True
+    """Inside the rows the README's floor covers."""
+    gpus: int = 0
+    """The row's GPU count, where it has one (targets that hold at some GPU counts only)."""
+
+    def error(self, value: float | None = None) -> float:
+        value = self.predicted if value is None else value
+        if self.unit == "eff":
+            return 100.0 * (value - self.measured)
+        return 100.0 * (value - self.measured) / self.measured
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except OSError as err:
+        raise ConfigError("--data", str(path.parent), f"a directory holding {path.name} ({err.strerror})") from None
+
+
+def horovod_scenario(model: str, gpus: int, inter_link: str, ideal_per_gpu: float, batch: int = 64):
+    from sim.calibration import throughput_calibrated_scenario
+
+    spec = {
+        "name": f"horovod-{model}-{gpus}-{inter_link}",
+        "workload": {"model": model, "batch_size": batch},
+        "cluster": {"gpus": gpus, "gpus_per_node": 4, "gpu": "p100_pcie", "intra_link": "pcie3",
+                    "inter_link": inter_link},
+        "strategy": {"framework": "horovod", "precision": "fp32"},
+    }
+    return throughput_calibrated_scenario(spec, {"single_gpu_samples_per_s": ideal_per_gpu, "batch_size": batch})
