@@ -137,3 +137,34 @@ def test_colocated_servers_one_per_node_at_most():
 def test_the_ipoib_placeholder_is_used_only_while_the_catalog_has_none():
     assert "ipoib_fdr" in devset_catalog().links
     assert math.isclose(devset_catalog().links["ipoib_fdr"].bandwidth_Bps, 56e9 / 8) or "ipoib_fdr" in CAT.links
+
+
+def test_mxnet_stages_each_key_through_host_memory():
+    """CommCPU for a 100 MB key on 4 GPUs over PCIe Gen3 (12 GB/s payload): copy out, a sum of
+    5 x 100 MB by 4 threads at the host's summing rate, copy back, by hand."""
+    from sim.costs.backends.gloo import HOST_REDUCE_Bps
+    from sim.costs.ps import host_reduce_broadcast_s
+
+    c = cluster_from_dict({"nodes": 2, "gpus_per_node": 4, "gpu": "titan_x_maxwell", "intra_link": "pcie3",
+                           "inter_link": "tcp_10gbe"}, CAT)
+    expected = 2 * 100e6 / 12e9 + 5 * 100e6 / (4 * HOST_REDUCE_Bps)
+    assert host_reduce_broadcast_s(100e6, c) == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("strategy, field", [
+    ({"negotiation": "gossip"}, "strategy.negotiation"),
+    ({"ps_rpc": "thrift"}, "strategy.ps_rpc"),
+    ({"concurrent_collectives": 0}, "strategy.concurrent_collectives"),
+    ({"collective": "hierarchical_root", "backend": "nccl", "root_collective": "halving_doubling"},
+     "strategy.root_collective"),
+    ({"ps_placement": "random"}, "strategy.ps_placement"),
+])
+def test_bad_framework_settings_are_one_line_errors(strategy, field):
+    from sim.errors import ConfigError
+
+    spec = {"workload": {"model": "resnet50"}, "cluster": {"gpus": 8, "gpus_per_node": 4, "gpu": "v100",
+                                                          "intra_link": "nvlink2", "inter_link": "tcp_10gbe"},
+            "strategy": strategy}
+    with pytest.raises(ConfigError, match=field) as err:
+        scenario_from_dict(spec)
+    assert "\n" not in str(err.value)

@@ -199,7 +199,7 @@ def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:
                      f"{row['micro_batches']} micro-batches{', ' + row['schedule'] if row['schedule'] else ''}")
     for key, label in (("bubble_time_s", "pipeline bubble"), ("pp_comm_time_s", "stage sends (busiest)"),
                        ("tp_comm_time_s", "tensor-parallel allreduce"), ("codec_time_s", f"codec {row.get('codec', '')}"),
-                       ("coordination_time_s", "coordination")):
+                       ("coordination_time_s", "coordination (busy)")):
         if row.get(key):
             lines.append(f"  {'  ' + label:<26}{human_seconds(row[key]):>12}  {pct(row[key])}")
     if row.get("memory_bytes"):

@@ -172,8 +172,9 @@ def ps_phase_s(held_bytes: list[float], cluster: Cluster, pushers_per_node: int,
     T = alpha + max(a worker node's NIC: its pushers' remote bytes / B_nic,
                     the busiest server node's NIC: remote bytes in / B_nic,
                     the largest shard / one stream's rate (transport, RPC layer)),
-    B_nic = line x efficiency x NICs / oversubscription: the bottleneck of max-min sharing when
-    every flow of a phase starts at once (DESIGN.md, the parameter-server form)."""
+    B_nic = line x efficiency x NICs / oversubscription (a dedicated server host has one NIC):
+    the bottleneck of max-min sharing when every flow of a phase starts at once (DESIGN.md, the
+    parameter-server form)."""
     from sim.costs.transports import transport_of
 
     link, over, nics = cluster.inter_link, cluster.oversubscription, cluster.nics_per_node
@@ -186,18 +187,18 @@ def ps_phase_s(held_bytes: list[float], cluster: Cluster, pushers_per_node: int,
     stream_Bps = transport_of(link).stream_Bps(link)
     if rpc_Bps is not None:
         stream_Bps = min(stream_Bps, rpc_Bps)
-    if server_nodes is None:  # dedicated hosts: every byte crosses the pusher's and the server's NIC
+    server_nic_Bps = nic_Bps
+    if server_nodes is None:  # dedicated hosts (one NIC each): every byte crosses both NICs
         node_out = g * total
         server_in = pushers * max(held_bytes)
         crossing = pushers * total
-        if pushers == 1 and len(held_bytes) == 1:
-            node_out = server_in = total
+        server_nic_Bps = link.effective_Bps / over
     else:  # server s on worker node s: its own node's pushers reach it without a NIC
         node_out = g * (total if len(held_bytes) < nodes else total - min(held_bytes))  # a node without a server sends it all
         server_in = max((pushers - g) * b for b in held_bytes)
         crossing = sum((pushers - g) * b for b in held_bytes)
     one_node = nodes == 1 and server_nodes is not None  # everything on one node: loopback, no NIC
-    wire_s = 0.0 if one_node else max(node_out, server_in) / nic_Bps
+    wire_s = 0.0 if one_node else max(node_out / nic_Bps, server_in / server_nic_Bps)
     stream_s = max(held_bytes) / stream_Bps
     return link.alpha_s + max(wire_s, stream_s), crossing
 
