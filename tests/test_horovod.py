@@ -90,19 +90,23 @@ def test_horovod_timeline_by_hand():
     batch 0 = l3 + l2 (12000 + 4000 = 16000 fits), batch 1 = l1 (16000 + 4000 does not).
 
     Forward 0-3 ms; backward l3 3-5, l2 5-7, l1 7-9 ms. All gradients are requested in the
-    first cycle, released at its tick: 3 ms + 5 ms = 8 ms.
-    batch 0: its data is ready at 7 ms (WAIT_FOR_DATA), the tick at 8 ms: it starts at 8 ms.
+    first cycle, its tick at 3 ms + 5 ms = 8 ms; then the 2017 coordinator's negotiation (rank 0
+    receives (N-1)(T+1) = 4 requests at 1.2 us after the link's 10 us, and sends each batch's
+    response to the other rank, 8.7 us): batch 0 may start at 8 ms + 14.8 us + 8.7 us.
+    batch 0: its data is ready at 7 ms (WAIT_FOR_DATA): it starts at 8.0235 ms.
       ring of 2 on 1 GB/s, 10 us: 2 (10 us + 8000 B / 1 GB/s) = 36 us; two tensors, so the
-      fusion-buffer copies add 4 x 16000 B / 1200 GB/s = 53.33 ns -> ends 8.036053 ms.
-    batch 1: ready at 9 ms (the end of backward), one tensor (no copy): 2 (10 + 2) us = 24 us.
+      fusion-buffer copies add 4 x 16000 B / 1200 GB/s = 53.33 ns.
+    batch 1: released at 8 ms + 14.8 + 17.4 us, ready at 9 ms (the end of backward), one tensor
+      (no copy): 2 (10 + 2) us = 24 us.
     optimizer (sgd): 3 x 5000 x 4 B / 1.2e12 B/s = 50 ns after the last batch.
     """
     r = simulate(three_layer_horovod())
     b0, b1 = r.buckets
     assert (b0.first_layer, b0.last_layer, b0.n_bytes) == ("l3", "l2", 16000)
     assert (b1.first_layer, b1.last_layer, b1.n_bytes) == ("l1", "l1", 4000)
-    assert b0.ready_s == pytest.approx(7e-3) and b0.start_s == pytest.approx(8e-3)
-    assert b0.end_s == pytest.approx(8e-3 + 36e-6 + 4 * 16000 / 1200e9, rel=1e-12)
+    start0 = 8e-3 + 14.8e-6 + 8.7e-6
+    assert b0.ready_s == pytest.approx(7e-3) and b0.start_s == pytest.approx(start0, rel=1e-12)
+    assert b0.end_s == pytest.approx(start0 + 36e-6 + 4 * 16000 / 1200e9, rel=1e-12)
     assert b1.ready_s == pytest.approx(9e-3) and b1.start_s == pytest.approx(9e-3)
     assert b1.end_s == pytest.approx(9e-3 + 24e-6, rel=1e-12)
     assert r.iteration_time_s == pytest.approx(9e-3 + 24e-6 + 50e-9, rel=1e-12)
