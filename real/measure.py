@@ -203,6 +203,7 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "data_parallel": samplers,
         # simulator columns that are not measured separately here
         "codec_time_s": NAN,
+        "coordination_time_s": NAN,
         "bubble_time_s": NAN,
         "tp_comm_time_s": NAN,
         "pp_comm_time_s": NAN,
