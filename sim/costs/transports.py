@@ -42,13 +42,17 @@ class TcpDefaults:
     min_rto_s: float = 0.2
     """Smallest retransmission timeout (include/net/tcp.h TCP_RTO_MIN = HZ/5): a stream idle for
     longer than its RTO restarts from the initial window."""
-    stream_copy_Bps: float = 20e9 / 8
-    """What one stream moves when one thread sends it and one receives it: the kernel copies every
-    byte into and out of the socket on those threads' cores (plus each segment's softirq work), so
-    a stream is bound to one core's rate however fast the line. Our measurement
-    (scripts/measure_tcp_stream.py, AMD EPYC VM core, Linux, 2026-11-26): 19.7 and 20.3 Gbit/s at
-    MTU 1500 in a network namespace (medians of 7 and 5 runs of 2 GiB), 23.0-23.9 at loopback's
-    MTU 65536. A link's ``tcp_stream_Gbps`` replaces it for faster or slower hosts."""
+    @property
+    def stream_copy_Bps(self) -> float:
+        """What one stream moves when one thread sends it and one receives it: the kernel copies
+        every byte into and out of the socket on those threads' cores (plus each segment's softirq
+        work), so a stream is bound to one core's rate however fast the line: a host's figure
+        (sim/data/hosts.yaml ``tcp_stream_Gbps``; a cluster's ``host`` sets it on its TCP links,
+        a link's own ``tcp_stream_Gbps`` wins). This default is the catalog's DEFAULT_HOST's:
+        our measurement, 20 Gbit/s (results/hosts/epyc_vm_2026.md)."""
+        from sim.catalog import DEFAULT_HOST, builtin_catalog
+
+        return builtin_catalog().hosts[DEFAULT_HOST].tcp_stream_Bps
 
 
 LINUX_TCP = TcpDefaults()
