@@ -48,8 +48,10 @@ MAX_SEGMENT_BYTES = 2**20
 """gloo/allreduce.h: AllreduceOptionsImpl::kMaxSegmentSize = 1024 * 1024."""
 IN_FLIGHT_SEGMENTS = 2
 """gloo/allreduce.cc: sends and receives are posted two iterations ahead of their waits."""
-NOTIFY_BYTES = 32
-"""A receive-ready announcement: one small header on the pair (gloo/transport/tcp/pair.cc)."""
+NOTIFY_BYTES = 6 * 8
+"""A receive-ready announcement: one Op preamble on the pair, six size_t fields (nbytes, opcode,
+slot, offset, length, roffset: gloo/transport/tcp/pair.h struct Op, facebookincubator/gloo at
+cc441984), 48 bytes on a 64-bit host, and no payload (NOTIFY_RECV_READY)."""
 EXTRAPOLATE_AFTER = 256
 """Iterations simulated exactly; beyond them the steady period is extrapolated."""
 
