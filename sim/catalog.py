@@ -1,8 +1,9 @@
-"""Hardware as data: accelerators and links, loaded from YAML with units in the key names.
+"""Hardware as data: accelerators, links and hosts, loaded from YAML with units in the key names.
 
-The built-in entries live in ``sim/data/gpus.yaml`` and ``sim/data/links.yaml``, each number
-with its source. A user adds or overrides entries in a config file (a ``catalog:`` section
-with ``gpus:`` and ``links:``) or a calibration file, without editing code.
+The built-in entries live in ``sim/data/gpus.yaml``, ``sim/data/links.yaml`` and
+``sim/data/hosts.yaml``, each number with its source (what is assumed says so: a link's or host's
+``assumed`` list). A user adds or overrides entries in a config file (a ``catalog:`` section with
+``gpus:``, ``links:`` and ``hosts:``) or a calibration file, without editing code.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ class Link:
     shaped: bool = False
     """The rate is a host-side shaper's (Linux tc): it counts each packet's bytes from its MAC
     header on, not the preamble, FCS and gap of the wire."""
+    assumed: tuple[str, ...] = ()
+    """The entry's fields whose value is an assumption rather than a sourced figure (listed by
+    ``scalebench list links``)."""
     source: str = ""
 
     @property
@@ -115,7 +119,8 @@ _GPU_KEYS = (
 )
 _LINK_KEYS = (
     "kind", "bandwidth_Gbps", "bandwidth_GBps", "latency_us", "software_latency_us",
-    "efficiency", "mtu_bytes", "per_flow_Gbps", "tcp_window_MiB", "tcp_stream_Gbps", "nic_vendor", "base", "tc", "source",
+    "efficiency", "mtu_bytes", "per_flow_Gbps", "tcp_window_MiB", "tcp_stream_Gbps", "nic_vendor", "base", "tc",
+    "assumed", "source",
 )
 _TC_KEYS = ("rate_Gbps", "delay_ms")
 
@@ -224,6 +229,7 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
     if nic_vendor is not None and nic_vendor not in NIC_VENDORS:
         raise ConfigError(f"{here}.nic_vendor", nic_vendor, NIC_VENDORS)
     shaped = base.shaped if base else False
+    assumed = _assumed_fields(f"{here}.assumed", spec.get("assumed", base.assumed if base else ()), _LINK_KEYS)
     tc = spec.get("tc")
     if tc is not None:
         if not isinstance(tc, dict) or not tc:
@@ -253,7 +259,65 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
         tcp_stream_Bps=stream,
         nic_vendor=nic_vendor,
         shaped=shaped,
+        assumed=assumed,
         source=str(spec.get("source", base.source if base else "")),
+    )
+
+
+def _assumed_fields(field_name: str, value: Any, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """An entry's ``assumed`` list: names of its own keys whose values are assumptions."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(field_name, value, "a list of the entry's keys whose values are assumed")
+    for v in value:
+        if v not in keys or v in ("assumed", "source", "base"):
+            raise ConfigError(field_name, v, "a key of the entry: " + ", ".join(k for k in keys if k not in ("assumed", "source", "base")))
+    return tuple(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    """The CPU side of a node, where the kernel copies socket data and libraries reduce on the host."""
+
+    name: str
+    cpu: str = ""
+    tcp_stream_Bps: float
+    """What one TCP stream's kernel copies reach (one core sends it, one receives it)."""
+    memcpy_Bps: float
+    """One core's memcpy, bytes copied per second (a pageable cudaMemcpy's staging copy)."""
+    reduce_Bps: float
+    """One core summing float32 buffers, memory traffic per second (two reads and a write per element)."""
+    pcie_Bps: float
+    """What a pinned cudaMemcpy moves between host and GPU: the GPUs' PCIe link (``pcie_link``)."""
+    assumed: tuple[str, ...] = ()
+    source: str = ""
+
+
+_HOST_KEYS = ("cpu", "tcp_stream_Gbps", "memcpy_GBps", "reduce_GBps", "pcie_link", "assumed", "source")
+DEFAULT_HOST = "epyc_vm_2026"
+"""The host a cluster that names none runs on: the machine scalebench's own figures were measured on."""
+
+
+def host_from_dict(name: str, spec: dict[str, Any], links: dict[str, Link], where: str = "catalog.hosts") -> Host:
+    here = f"{where}.{name}"
+    if not isinstance(spec, dict):
+        raise ConfigError(here, spec, "a mapping with keys " + ", ".join(_HOST_KEYS))
+    reject_unknown_keys(here, spec, _HOST_KEYS)
+    for key in ("tcp_stream_Gbps", "memcpy_GBps", "reduce_GBps", "pcie_link"):
+        if key not in spec:
+            raise ConfigError(f"{here}.{key}", None, "required (" + ", ".join(_HOST_KEYS[1:5]) + ")")
+    pcie = spec["pcie_link"]
+    if pcie not in links or links[pcie].kind != "pcie":
+        raise ConfigError(f"{here}.pcie_link", pcie, sorted(n for n, link in links.items() if link.kind == "pcie"))
+    return Host(
+        name=name, cpu=str(spec.get("cpu", "")),
+        tcp_stream_Bps=gbit_per_s_to_Bps(require_positive(f"{here}.tcp_stream_Gbps", spec["tcp_stream_Gbps"])),
+        memcpy_Bps=gbyte_per_s_to_Bps(require_positive(f"{here}.memcpy_GBps", spec["memcpy_GBps"])),
+        reduce_Bps=gbyte_per_s_to_Bps(require_positive(f"{here}.reduce_GBps", spec["reduce_GBps"])),
+        pcie_Bps=links[pcie].effective_Bps,
+        assumed=_assumed_fields(f"{here}.assumed", spec.get("assumed", ()), _HOST_KEYS),
+        source=str(spec.get("source", "")),
     )
 
 
@@ -268,6 +332,7 @@ class Catalog:
 
     gpus: dict[str, GPU] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
+    hosts: dict[str, Host] = field(default_factory=dict)
 
     def gpu(self, name: str, field_name: str = "cluster.gpu") -> GPU:
         if not isinstance(name, str) or name not in self.gpus:
@@ -279,20 +344,28 @@ class Catalog:
             raise ConfigError(field_name, name, self.links)
         return self.links[name]
 
+    def host(self, name: str, field_name: str = "cluster.host") -> Host:
+        if not isinstance(name, str) or name not in self.hosts:
+            raise ConfigError(field_name, name, self.hosts)
+        return self.hosts[name]
+
     def extended(self, extra: dict[str, Any] | None, where: str = "catalog") -> Catalog:
-        """A new catalog with the entries of ``extra`` (``{gpus: {...}, links: {...}}``) added."""
+        """A new catalog with the entries of ``extra`` (``{gpus: {...}, links: {...}, hosts: {...}}``) added."""
         if not extra:
             return self
         if not isinstance(extra, dict):
-            raise ConfigError(where, extra, "a mapping with keys gpus, links")
-        reject_unknown_keys(where, extra, ("gpus", "links"))
+            raise ConfigError(where, extra, "a mapping with keys gpus, links, hosts")
+        reject_unknown_keys(where, extra, ("gpus", "links", "hosts"))
         gpus = dict(self.gpus)
         links = dict(self.links)
+        hosts = dict(self.hosts)
         for name, spec in require_mapping(f"{where}.gpus", extra.get("gpus") or {}, "a mapping of GPU name to its entry").items():
             gpus[name] = gpu_from_dict(name, spec, f"{where}.gpus")
         for name, spec in require_mapping(f"{where}.links", extra.get("links") or {}, "a mapping of link name to its entry").items():
             links[name] = link_from_dict(name, spec, f"{where}.links", links)
-        return Catalog(gpus, links)
+        for name, spec in require_mapping(f"{where}.hosts", extra.get("hosts") or {}, "a mapping of host name to its entry").items():
+            hosts[name] = host_from_dict(name, spec, links, f"{where}.hosts")
+        return Catalog(gpus, links, hosts)
 
 
 @cache
@@ -302,7 +375,13 @@ def builtin_catalog() -> Catalog:
     links: dict[str, Link] = {}
     for n, s in _read_builtin("links.yaml").items():
         links[n] = link_from_dict(n, s, "sim/data/links.yaml", links)
-    return Catalog(gpus, links)
+    hosts = {n: host_from_dict(n, s, links, "sim/data/hosts.yaml") for n, s in _read_builtin("hosts.yaml").items()}
+    return Catalog(gpus, links, hosts)
+
+
+def host_of(cluster: Any) -> Host:
+    """The cluster's host (``cluster.host``), or the built-in DEFAULT_HOST where it names none."""
+    return cluster.host if getattr(cluster, "host", None) is not None else builtin_catalog().hosts[DEFAULT_HOST]
 
 
 def load_catalog_file(path: str | Path, base: Catalog | None = None) -> Catalog:

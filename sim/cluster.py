@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.catalog import GPU, Catalog, Link
+from sim.catalog import GPU, Catalog, Host, Link
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
 from sim.topology.spec import Topology
 
 CLUSTER_KEYS = (
     "gpus", "nodes", "gpus_per_node", "gpu", "intra_link", "inter_link", "nics_per_node",
-    "oversubscription", "topology", "placement",
+    "oversubscription", "topology", "placement", "host",
 )
 MAX_WORLD_SIZE = 2**20
 """1,048,576 GPUs: 64 x the 16,384 H100s of the largest published training run (Llama 3, arXiv:2407.21783,
@@ -33,6 +33,9 @@ class Cluster:
     """Switch oversubscription: inter-node flows that cross the core get 1/oversubscription of a NIC.
     With a fabric (``topology``) the bottleneck tier's share for the node-major ring over the
     placement (sim.costs.tiers.ring_view): what the fast path divides a NIC's rate by."""
+    host: Host | None = None
+    """The nodes' CPU side (sim/data/hosts.yaml): one core's TCP stream, memcpy and reduction
+    rates, the GPUs' PCIe link; None: the catalog's DEFAULT_HOST (sim.catalog.host_of)."""
     topology: Topology | None = None
     """The fabric and the placement of the nodes on it; None: one switch (the figures above).
     With a fabric, ``inter_link`` is the NICs' link with the ring's longest path's extra switch
@@ -95,12 +98,14 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     if nodes * per_node > MAX_WORLD_SIZE:
         raise ConfigError(f"{where}.nodes", nodes, f"at most {MAX_WORLD_SIZE // per_node:,} with gpus_per_node={per_node} "
                           f"(at most {MAX_WORLD_SIZE:,} GPUs: {_WHY_MAX})")
+    host = catalog.host(spec["host"], f"{where}.host") if "host" in spec else None
     cluster = Cluster(
         nodes=nodes,
         gpus_per_node=per_node,
         gpu=catalog.gpu(spec.get("gpu", "v100"), f"{where}.gpu"),
-        intra_link=catalog.link(spec.get("intra_link", "nvlink2"), f"{where}.intra_link"),
-        inter_link=catalog.link(spec.get("inter_link", "ib_edr"), f"{where}.inter_link"),
+        intra_link=_on_host(catalog.link(spec.get("intra_link", "nvlink2"), f"{where}.intra_link"), host),
+        inter_link=_on_host(catalog.link(spec.get("inter_link", "ib_edr"), f"{where}.inter_link"), host),
+        host=host,
         nics_per_node=require_positive(f"{where}.nics_per_node", spec.get("nics_per_node", 1), integer=True),
         oversubscription=float(_at_least_one(f"{where}.oversubscription", spec.get("oversubscription", 1.0))),
     )
@@ -113,6 +118,14 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
         raise ConfigError(f"{where}.oversubscription", spec["oversubscription"],
                           f"1 with topology {topology['kind']} (give each tier's in {where}.topology.oversubscription)")
     return attach_topology(cluster, topology, spec.get("placement", "contiguous"), seed, catalog, where)
+
+
+def _on_host(link: Link, host: Host | None) -> Link:
+    """A TCP link's streams run on the cluster's host: its one-core stream rate unless the link
+    gives its own (``tcp_stream_Gbps``, e.g. a measured IPoIB stream)."""
+    if host is None or link.kind != "tcp" or link.tcp_stream_Bps is not None:
+        return link
+    return replace(link, tcp_stream_Bps=host.tcp_stream_Bps)
 
 
 def attach_topology(cluster: Cluster, topology: dict[str, Any], placement: Any, seed: int, catalog: Catalog,

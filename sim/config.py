@@ -112,7 +112,37 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
     for field in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
         if getattr(strategy, field) is not None and backend != "nccl":
             raise ConfigError(f"strategy.{field}", getattr(strategy, field), "only with backend nccl (NCCL's socket transport)")
+    check_library_settings(backend, strategy, cluster)
     return replace(strategy, backend=backend)
+
+
+def check_library_settings(backend: str, strategy: Strategy, cluster: Cluster, where: str = "strategy",
+                           names: dict[str, str] | None = None) -> None:
+    """What a library's named release has: NCCL_SOCKET_NTHREADS only from 2.4.8, NCCL 1.x on one
+    node, a CUDA-aware MPI only where modelled. Errors name ``names[key]`` (a command's flags) or
+    ``where.key``."""
+    from sim.costs.backends.mpi import MPI_LIBRARIES
+    from sim.costs.backends.nccl_tables import tables_for
+
+    def name(key: str) -> str:
+        return (names or {}).get(key, f"{where}.{key}")
+
+    if backend == "nccl":
+        t = tables_for(strategy.nccl_version, name("nccl_version"))
+        for field in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
+            if getattr(strategy, field) is not None and not t.socket.settable:
+                raise ConfigError(name(field), getattr(strategy, field),
+                                  f"unset with nccl_version {strategy.nccl_version} (NCCL_SOCKET_NTHREADS and "
+                                  "NCCL_NSOCKS_PERTHREAD arrived in 2.4.8: src/transport/net_socket.cc)")
+        if cluster.nodes > 1 and not t.multi_node:
+            raise ConfigError(name("nccl_version"), strategy.nccl_version,
+                              f"2.0 or later across {cluster.nodes} nodes (NCCL 1.x is single-node)")
+    if backend == "mpi" and strategy.mpi_gpu_buffers == "cuda_aware":
+        library = MPI_LIBRARIES[strategy.mpi_library or "mpich-3"]
+        if not library.cuda_aware:
+            raise ConfigError(name("mpi_gpu_buffers"), "cuda_aware",
+                              f"host_copy or host_copy_pinned with mpi_library {library.name} (CUDA-aware modelled: "
+                              + ", ".join(n for n, lib in MPI_LIBRARIES.items() if lib.cuda_aware) + ")")
 
 
 def validate_scenario(scenario: Scenario) -> None:

@@ -35,6 +35,12 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "framework": ("strategy", "framework", str, "the framework whose mechanisms apply: {frameworks}", SIM),
     "backend": ("strategy", "backend", str, "collective library: {backends} (default: nccl on GPUs, gloo on CPUs)", SIM),
     "protocol": ("strategy", "protocol", str, "NCCL protocol: {protocols} (default auto: NCCL's tuner picks)", SIM),
+    "nccl_version": ("strategy", "nccl_version", str, "the NCCL release whose tables run: {nccl_versions} "
+                     "(default: the newest)", SIM),
+    "mpi_library": ("strategy", "mpi_library", str, "MPI implementation: {mpi_libraries} (default mpich-3)", SIM),
+    "mpi_gpu_buffers": ("strategy", "mpi_gpu_buffers", str, "how MPI reaches GPU tensors: {mpi_gpu_buffers} "
+                        "(default host_copy: not CUDA-aware, copied through pageable host memory)", SIM),
+    "host": ("cluster", "host", str, "the nodes' CPU side (TCP stream, memcpy, reduction rates): {hosts}", SIM),
     "collective": ("strategy", "collective", str, "gradient reduction: {collectives} (real: ps = a parameter server)", BOTH),
     "ps_servers": ("strategy", "ps_servers", int, "parameter-server shards, with --collective ps", BOTH),
     "bucket_mib": ("strategy", "bucket_mib", float, "gradient bucket size in MiB (DDP's bucket_cap_mb; default 25)", BOTH),
@@ -62,6 +68,8 @@ def vocabulary() -> dict[str, str]:
     from sim.codecs import CODEC_PATHS, CODECS
     from sim.config import FIDELITIES
     from sim.costs.backends import BACKENDS
+    from sim.costs.backends.mpi import GPU_BUFFERS, MPI_LIBRARIES
+    from sim.costs.backends.nccl_tables import known_versions
     from sim.frameworks import FRAMEWORKS
     from sim.strategy import COLLECTIVES, PRECISIONS, PROTOCOLS, PS_MODES, PS_PLACEMENTS, SCHEDULES
     from sim.workload import zoo_names
@@ -70,7 +78,9 @@ def vocabulary() -> dict[str, str]:
     lists = {"models": zoo_names(), "gpus": sorted(catalog.gpus), "links": sorted(catalog.links),
              "collectives": COLLECTIVES, "precisions": PRECISIONS, "fidelities": FIDELITIES, "codecs": list(CODECS),
              "codec_paths": CODEC_PATHS, "schedules": SCHEDULES, "ps_modes": PS_MODES, "ps_placements": PS_PLACEMENTS,
-             "frameworks": list(FRAMEWORKS), "backends": list(BACKENDS), "protocols": PROTOCOLS}
+             "frameworks": list(FRAMEWORKS), "backends": list(BACKENDS), "protocols": PROTOCOLS,
+             "nccl_versions": known_versions(), "mpi_libraries": list(MPI_LIBRARIES), "mpi_gpu_buffers": GPU_BUFFERS,
+             "hosts": sorted(catalog.hosts)}
     return {k: ", ".join(v) for k, v in lists.items()}
 
 

@@ -57,6 +57,9 @@ def field_types() -> dict[str, Any]:
     catalog = builtin_catalog()
     gpu_name = {"type": "string", "examples": sorted(catalog.gpus)}
     link_name = {"type": "string", "examples": sorted(catalog.links)}
+    from sim.catalog import _HOST_KEYS, _LINK_KEYS
+    from sim.costs.backends.mpi import GPU_BUFFERS, MPI_LIBRARIES
+    from sim.costs.backends.nccl_tables import known_versions
     row_types: dict[str, Any] = {
         "layer": STRING, "name": STRING, "kind": STRING, "param_count": INT_NONNEG, "fwd_flops": NUM_NONNEG,
         "bwd_flops": NUM_NONNEG, "activation_elems": NUM_NONNEG, **{c: NUM_NONNEG for c in TIME_COLUMNS}}
@@ -76,7 +79,7 @@ def field_types() -> dict[str, Any]:
         "architecture.tied_embeddings": BOOL,
         "cluster.gpus": INT_POS, "cluster.nodes": INT_POS, "cluster.gpus_per_node": INT_POS,
         "cluster.gpu": gpu_name, "cluster.intra_link": link_name, "cluster.inter_link": link_name,
-        "cluster.nics_per_node": INT_POS, "cluster.oversubscription": {"type": "number", "minimum": 1},
+        "cluster.nics_per_node": INT_POS, "cluster.host": {"type": "string", "examples": sorted(catalog.hosts)}, "cluster.oversubscription": {"type": "number", "minimum": 1},
         "cluster.topology": _topology(link_name),
         "cluster.placement": {"oneOf": [_enum(PLACEMENTS),
                                         {"type": "array", "items": INT_NONNEG, "uniqueItems": True, "minItems": 1}]},
@@ -85,6 +88,8 @@ def field_types() -> dict[str, Any]:
         "strategy.protocol": _enum(PROTOCOLS),
         "strategy.nccl_socket_nthreads": {"type": "integer", "minimum": 1, "maximum": 16},
         "strategy.nccl_nsocks_perthread": {"type": "integer", "minimum": 1, "maximum": 64},
+        "strategy.nccl_version": _enum(known_versions()), "strategy.mpi_library": _enum(MPI_LIBRARIES),
+        "strategy.mpi_gpu_buffers": _enum(GPU_BUFFERS),
         "strategy.fusion_mib": NUM_POS, "strategy.cycle_time_ms": NUM_NONNEG,
         "strategy.iteration_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
         "strategy.double_buffering": BOOL, "strategy.ps_layout": _enum(PS_LAYOUTS),
@@ -120,6 +125,11 @@ def field_types() -> dict[str, Any]:
         "link.tc": {"type": "object", "additionalProperties": False, "minProperties": 1,
                     "properties": {"rate_Gbps": NUM_POS, "delay_ms": NUM_NONNEG}},
         "link.source": STRING,
+        "link.assumed": {"type": "array", "items": _enum(k for k in _LINK_KEYS if k not in ("assumed", "source", "base"))},
+        "host.cpu": STRING, "host.tcp_stream_Gbps": NUM_POS, "host.memcpy_GBps": NUM_POS, "host.reduce_GBps": NUM_POS,
+        "host.pcie_link": {"type": "string", "examples": sorted(n for n, k in catalog.links.items() if k.kind == "pcie")},
+        "host.assumed": {"type": "array", "items": _enum(k for k in _HOST_KEYS if k not in ("assumed", "source"))},
+        "host.source": STRING,
     }
 
 
@@ -140,7 +150,7 @@ def _topology(link_name: dict[str, Any]) -> dict[str, Any]:
 
 def section_keys() -> dict[str, tuple[str, ...]]:
     """Each section's keys, as its parser knows them."""
-    from sim.catalog import _GPU_KEYS, _LINK_KEYS
+    from sim.catalog import _GPU_KEYS, _HOST_KEYS, _LINK_KEYS
     from sim.cluster import CLUSTER_KEYS
     from sim.config import SIMULATION_KEYS
     from sim.faults import FAULT_KEYS, HETEROGENEITY_KEYS
@@ -150,7 +160,7 @@ def section_keys() -> dict[str, tuple[str, ...]]:
 
     return {"workload": WORKLOAD_KEYS, "architecture": ARCHITECTURE_KEYS, "cluster": CLUSTER_KEYS,
             "strategy": STRATEGY_KEYS, "simulation": SIMULATION_KEYS, "heterogeneity": HETEROGENEITY_KEYS,
-            "faults": FAULT_KEYS, "gpu": _GPU_KEYS, "link": _LINK_KEYS}
+            "faults": FAULT_KEYS, "gpu": _GPU_KEYS, "link": _LINK_KEYS, "host": _HOST_KEYS}
 
 
 def section_schema(section: str, types: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -169,7 +179,8 @@ def scenario_definitions() -> dict[str, Any]:
     defs["workload"] = {"oneOf": [{"type": "string", "examples": types["workload.model"]["examples"]}, defs["workload"]]}
     defs["catalog"] = {"type": "object", "additionalProperties": False, "properties": {
         "gpus": {"type": "object", "additionalProperties": {"$ref": "#/$defs/gpu"}},
-        "links": {"type": "object", "additionalProperties": {"$ref": "#/$defs/link"}}}}
+        "links": {"type": "object", "additionalProperties": {"$ref": "#/$defs/link"}},
+        "hosts": {"type": "object", "additionalProperties": {"$ref": "#/$defs/host"}}}}
     return defs
 
 

@@ -38,8 +38,10 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
 
 STRATEGY_KEYS = (
-    "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
-    "comm_slows_compute", "double_buffering", "negotiation", "ps_rpc", "root_collective", "concurrent_collectives", "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
+    "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version",
+    "mpi_library", "mpi_gpu_buffers", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
+    "comm_slows_compute", "double_buffering", "negotiation", "ps_rpc", "root_collective", "concurrent_collectives",
+    "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
@@ -66,6 +68,18 @@ class Strategy:
     (sim.costs.backends.nccl: AWS 2, GCP 4, else none: the GPU's proxy thread)."""
     nccl_nsocks_perthread: int | None = None
     """NCCL_NSOCKS_PERTHREAD: sockets per helper thread; None: NCCL's choice (AWS 8, else 1)."""
+    nccl_version: str | None = None
+    """The NCCL release whose tables and mechanisms run, as a minor version ('2.3', '2.21'; the
+    keys of sim.costs.backends.nccl_tables.NCCL_VERSIONS); None: the newest modelled. A key of its
+    own, not one 'library version' per strategy, because one run may use two libraries (NCCL
+    inside a node and MPI between nodes, as ChainerMN and CNTK did in 2017)."""
+    mpi_library: str | None = None
+    """The MPI implementation and release (sim.costs.backends.mpi.MPI_LIBRARIES: mpich-3,
+    openmpi-1.10); None: mpich-3."""
+    mpi_gpu_buffers: str | None = None
+    """How MPI reaches GPU tensors (sim.costs.backends.mpi.GPU_BUFFERS): host_copy (not
+    CUDA-aware: the framework copies through pageable host memory), host_copy_pinned, cuda_aware
+    (the library stages them itself); None: host_copy."""
     fusion_bytes: int | None = None
     """Horovod's tensor fusion threshold (HOROVOD_FUSION_THRESHOLD): gradients ready within one
     cycle are fused into batches of at most this size; None: DDP-style buckets."""
@@ -205,6 +219,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     protocol = require_choice(f"{where}.protocol", spec.get("protocol", "auto"), PROTOCOLS)
     nthreads, nsocks = nccl_socket_fields(spec.get("nccl_socket_nthreads"), spec.get("nccl_nsocks_perthread"),
                                           (f"{where}.nccl_socket_nthreads", f"{where}.nccl_nsocks_perthread"))
+    nccl_version, mpi_library, mpi_gpu_buffers = library_fields(spec, where)
     fusion_mib = spec.get("fusion_mib")
     cycle_ms = spec.get("cycle_time_ms")
     slows = spec.get("comm_slows_compute", False)
@@ -236,6 +251,9 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         protocol=None if protocol == "auto" else protocol,
         nccl_socket_nthreads=nthreads,
         nccl_nsocks_perthread=nsocks,
+        nccl_version=nccl_version,
+        mpi_library=mpi_library,
+        mpi_gpu_buffers=mpi_gpu_buffers,
         fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(float(require_positive(f"{where}.fusion_mib", fusion_mib)))),
         cycle_time_s=None if cycle_ms is None else float(require_positive(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True)) / 1e3,
         iteration_overhead_s=float(require_positive(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
@@ -276,6 +294,31 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
     )
+
+
+def library_fields(spec: dict[str, Any], where: str = "strategy",
+                   names: dict[str, str] | None = None) -> tuple[str | None, str | None, str | None]:
+    """strategy.nccl_version, mpi_library, mpi_gpu_buffers, each optional and one of the values
+    the libraries' models know (a version as a string, '2.3'), checked under the names ``names``
+    gives (a command's flags) or ``where.key``."""
+    def name(key: str) -> str:
+        return (names or {}).get(key, f"{where}.{key}")
+
+    from sim.costs.backends.mpi import GPU_BUFFERS, MPI_LIBRARIES
+    from sim.costs.backends.nccl_tables import NCCL_VERSIONS, known_versions
+
+    version = spec.get("nccl_version")
+    if version is not None and (not isinstance(version, str) or version not in NCCL_VERSIONS):
+        quote = " (quoted: YAML reads 2.20 as the number 2.2)" if isinstance(version, (int, float)) else ""
+        raise ConfigError(name("nccl_version"), version,
+                          f"an NCCL version the model knows, as a string{quote}: " + ", ".join(known_versions()))
+    library = spec.get("mpi_library")
+    if library is not None:
+        library = require_choice(name("mpi_library"), library, tuple(MPI_LIBRARIES))
+    buffers = spec.get("mpi_gpu_buffers")
+    if buffers is not None:
+        buffers = require_choice(name("mpi_gpu_buffers"), buffers, GPU_BUFFERS)
+    return version, library, buffers
 
 
 NCCL_SOCKET_MAX_THREADS = 16

@@ -186,7 +186,7 @@ def test_collective_takes_nccls_socket_settings(capsys):
     assert main(["collective", "--nodes", "2", "--gpus-per-node", "8", "--gpu", "a100", "--intra-link", "nvlink3",
                  "--inter-link", "tcp_100gbe", "-b", "1G", "-e", "1G"]) == 0
     header = capsys.readouterr().out.splitlines()[1]  # the table says why: one proxy thread's copies
-    assert header.startswith("# NCCL sockets over tcp_100gbe: 2 per node, copied by 1 thread(s) at 20 Gbit/s each")
+    assert header.startswith("# NCCL 2.21.5 sockets over tcp_100gbe: 2 per node, copied by 1 thread(s) at 20 Gbit/s each")
     assert "leaves a node at 20.0 of 94.1 Gbit/s" in header
 
 

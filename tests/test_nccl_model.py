@@ -14,6 +14,7 @@ from sim.catalog import builtin_catalog
 from sim.cluster import cluster_from_dict
 from sim.costs.backends import BUSBW_FACTOR, CommOptions, comm_cost, nccl
 from sim.costs.backends import nccl_pipeline as P
+from sim.costs.backends.nccl_tables import tables_for
 from validation.devset import DEVSET_DIR, busbw_predictions
 
 CAT = builtin_catalog()
@@ -32,15 +33,17 @@ A100, H200 = node(), node("h200", "nvlink4")
 # -- the tuner against tuning.cc, written out by hand ----------------------------------------
 # A100, 8 GPUs on NVSwitch: 12 NVLinks x 20 GB/s (topo.h SM80) = 240 GB/s; the ring search takes
 # 6 channels at 40 GB/s, duplicated to 12 at 20 (search.cc): busBw 240. nsteps = 2(n-1) = 14.
-RING_US = {  # (latency us, busBw GB/s): tuning.cc baseLat + 14 hwLat(NVLink), refinements
-    "LL": (6.6 + 14 * 0.6, min(87.7, 240 / 4)),
+# Ring LL's busBw: 2.20 x 1/4 = 60; 2.21 x 0.5 = 120, both capped at llMaxBws[Ampere][1 node] 87.7.
+RING_US = {  # (latency us, busBw GB/s): tuning.cc baseLat + 14 hwLat(NVLink), refinements; the default (2.21)
+    "LL": (6.6 + 14 * 0.6, min(87.7, 240 * 0.5)),
     "LL128": (14.0 + 14 * 1.9, min(240 * 0.92, 12 * 20.0)),
     "Simple": (8.4 + 14 * 3.4, 240.0),
 }
+RING_US_2_20 = {**RING_US, "LL": (6.6 + 14 * 0.6, min(87.7, 240 / 4))}
 
 
-def ring_model_us(proto: str, n_bytes: float) -> float:
-    lat, bus = RING_US[proto]
+def ring_model_us(proto: str, n_bytes: float, table: dict = RING_US) -> float:
+    lat, bus = table[proto]
     return lat + n_bytes / (1000 * bus * 8 / 14)
 
 
@@ -53,6 +56,9 @@ def crossover_bytes(a: str, b: str) -> float:
 @pytest.mark.parametrize("size", [1024, MIB, 64 * MIB])
 def test_nccl_model_time_is_tuning_cc_by_hand(proto, size):
     assert nccl.model_time_us("allreduce", size, A100, "ring", proto) == pytest.approx(ring_model_us(proto, size), rel=1e-9)
+    v2_20 = tables_for("2.20")
+    assert nccl.model_time_us("allreduce", size, A100, "ring", proto, v2_20) == pytest.approx(
+        ring_model_us(proto, size, RING_US_2_20), rel=1e-9)
 
 
 @pytest.mark.parametrize("a,b", [("LL", "LL128"), ("LL128", "Simple")])
@@ -178,13 +184,15 @@ H200_ALG_BPS = 8 * 40e9 * 5 / 6
 
 @pytest.mark.parametrize("size,unit", [(MIB, MIB / 16), (8 * MIB, 8 * 32768), (2**30, 8 * 131072)])
 def test_nvls_time_is_latency_plus_bytes_plus_its_pipeline_fill(size, unit):
-    """T = 23 us (hwLat NVLS) + S / algBw + (3 - 1) x unit / (algBw / 16) + d: a channel's unit is
-    a loop of 8 heads x chunk, or its whole share when that is less."""
+    """T = 25 us (2.21's hwLat NVLS over NVLink; 23 in 2.18-2.20) + S / algBw + (3 - 1) x unit /
+    (algBw / 16) + d: a channel's unit is a loop of 8 heads x chunk, or its whole share when that is less."""
     fill = 2 * unit / (H200_ALG_BPS / 16)
     assert P.nvls_fill_s("allreduce", size, 16, 8, H200_ALG_BPS) == pytest.approx(fill, rel=1e-12)
-    cost = comm_cost("nccl", "allreduce", size, H200, CommOptions(algorithm="nvls"))
-    want = 23e-6 + size / H200_ALG_BPS + fill + CAT.links["nvlink4"].latency_s
-    assert cost.time_s == pytest.approx(want, rel=1e-9)
+    for version, latency_us in (("2.21", 25.0), ("2.20", 23.0), ("2.18", 23.0)):
+        cost = comm_cost("nccl", "allreduce", size, H200, CommOptions(algorithm="nvls", nccl_version=version))
+        want = latency_us * 1e-6 + size / H200_ALG_BPS + fill + CAT.links["nvlink4"].latency_s
+        bw = H200_ALG_BPS if version != "2.18" else 8 * 40e9 * 5 / 6  # SM90 20.0 x 18 / 8 = 45: still the 40 step
+        assert cost.time_s == pytest.approx(want - size / H200_ALG_BPS + size / bw, rel=1e-9), version
 
 
 @given(size=st.floats(1.0, 2.0**34), op=st.sampled_from(sorted(P.NVLS_STAGES)), heads=st.integers(3, 8))

@@ -166,13 +166,15 @@ def test_isolated_nccl_ring_against_the_fast_path(links, size):
 
 
 def test_the_protocol_follows_the_bucket_and_the_strategy():
-    """LL128 for a small bucket, Simple for a large one (NCCL's tuner on V100 + NVLink); NCCL_PROTO
-    (strategy.protocol) forces it; gloo and alpha-beta links add nothing and wait on delivery."""
+    """LL128 for a small bucket, Simple for a large one (NCCL 2.20's tuner on V100 + NVLink; 2.21
+    doubles ring LL's busBw, 1/4 -> 0.5, and runs LL there); NCCL_PROTO (strategy.protocol) forces
+    it; gloo and alpha-beta links add nothing and wait on delivery."""
     cluster = _cluster("nvlink2", "ib_edr")
-    small = ring_latency("allreduce", 64 * KiB, cluster, CommSpec("nccl", "ring"))
-    large = ring_latency("allreduce", 256 * MiB, cluster, CommSpec("nccl", "ring"))
+    small = ring_latency("allreduce", 64 * KiB, cluster, CommSpec("nccl", "ring", nccl_version="2.20"))
+    large = ring_latency("allreduce", 256 * MiB, cluster, CommSpec("nccl", "ring", nccl_version="2.20"))
     forced = ring_latency("allreduce", 64 * KiB, cluster, CommSpec("nccl", "ring", protocol="Simple"))
     assert (small.protocol, large.protocol, forced.protocol) == ("LL128", "Simple", "Simple")
+    assert ring_latency("allreduce", 64 * KiB, cluster, CommSpec("nccl", "ring", nccl_version="2.21")).protocol == "LL"
     assert small.inter_hop_s == pytest.approx(4.0e-6) and small.base_s == pytest.approx(14.0e-6)
     # Simple across nodes on Volta: tuning.cc's plateau factor 1.9 on baseLat 8.4 and hwLat 14 / 3.4
     assert large.inter_hop_s == pytest.approx(1.9 * 14.0e-6) and large.base_s == pytest.approx(1.9 * 8.4e-6)

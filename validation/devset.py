@@ -20,10 +20,15 @@ How each file is read (only what its README and sources say; nothing fitted to t
   ``NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G -f 2 -g 8`` on 8 GPUs
   (Benchmarks/NVIDIA/NCCLBandwidth.py); where NVLS is not available (A100) NCCL falls back to
   its ring with every protocol (tuning.cc 'at least set ring algo available'; NVIDIA/nccl#1304).
+  Each row runs the NCCL release its source names (the framework column: 'NCCL 2.18.5' on the
+  A100, 'NCCL 2.20.5' on the H200): ``nccl_version_of``.
 - horovod_tcp_vs_roce.csv: TensorFlow + Horovod 2017 (fusion 64 MB, cycle 5 ms, NCCL 2 ring
   allreduce), 4 Pascal GPUs per server (P100 PCIe, intra-node PCIe Gen3), 25 GbE over TCP or
   RoCE, batch 64 per GPU, fp32; the compute of one GPU from the ideal bar at the same GPU count
-  (ideal / N images/s, as the README's floor does); efficiency = throughput / ideal.
+  (ideal / N images/s, as the README's floor does); efficiency = throughput / ideal. NCCL 2.0:
+  the post (October 2017) names NCCL 2, and 2.0 was its only release then (2.0.5 in 2017; the
+  2.1.2 release notes are dated December 2017: docs.nvidia.com NCCL archives).
+- tc_allreduce_p2p.csv names no NCCL release (CuPy's, 2021-2022): the newest modelled runs.
 """
 
 from __future__ import annotations
@@ -115,15 +120,27 @@ def _size_bytes(label: str) -> float:
     return float(2 ** round(math.log2(value)))
 
 
+def nccl_version_of(row: dict[str, str]) -> str | None:
+    """The NCCL release a row's source names ('NCCL 2.18.5' -> '2.18'), if the model has its
+    table set; None otherwise (the newest modelled runs)."""
+    from sim.costs.backends.nccl_tables import NCCL_VERSIONS
+
+    m = re.search(r"NCCL\s*(\d+)\.(\d+)\.\d+", " ".join(row.get(k, "") for k in ("framework", "comm_scheme", "notes")))
+    version = f"{m.group(1)}.{m.group(2)}" if m else None
+    return version if version in NCCL_VERSIONS else None
+
+
 def naive_busbw_GBps(size: float, n: int, bandwidth_Bps: float, latency_s: float) -> float:
     """The same 20-line ring at the link's catalog figures: t = 2(n-1) alpha + 2(n-1)/n S/B."""
     t = 2 * (n - 1) * latency_s + 2 * (n - 1) / n * size / bandwidth_Bps
     return BUSBW_FACTOR["allreduce"](n) * size / t / 1e9
 
 
-def nccl_algo_as_run(cluster: Cluster) -> str:
+def nccl_algo_as_run(cluster: Cluster, version: str | None = None) -> str:
     """NCCL_ALGO=NVLS as the source set it, or the ring NCCL falls back to without NVLS."""
-    return "nvls" if nvls_available(cluster) else "ring"
+    from sim.costs.backends.nccl_tables import tables_for
+
+    return "nvls" if nvls_available(cluster, tables_for(version)) else "ring"
 
 
 def busbw_predictions(data_dir: Path) -> list[Prediction]:
@@ -137,7 +154,9 @@ def busbw_predictions(data_dir: Path) -> list[Prediction]:
         n = int(r["gpus"])
         size = _size_bytes(r["model"])
         cluster = cluster_from_dict({"nodes": 1, "gpus_per_node": n, "gpu": gpu, "intra_link": link}, catalog)
-        t = comm_cost("nccl", "allreduce", size, cluster, CommOptions(algorithm=nccl_algo_as_run(cluster))).time_s
+        version = nccl_version_of(r)
+        t = comm_cost("nccl", "allreduce", size, cluster,
+                      CommOptions(algorithm=nccl_algo_as_run(cluster, version), nccl_version=version)).time_s
         busbw = BUSBW_FACTOR["allreduce"](n) * size / t / 1e9
         lk = catalog.links[link]
         out.append(Prediction(f"nccl busbw {key} 8 GPUs", r["model"].replace("allreduce ", ""), float(r["value"]),
@@ -150,8 +169,6 @@ def busbw_predictions(data_dir: Path) -> list[Prediction]:
 
 HOROVOD_MODELS = {"InceptionV3": "inception_v3", "ResNet-101": "resnet101"}
 HOROVOD_LINKS = {"TCP": "tcp_25gbe", "RDMA": "roce_25g"}
-
-
 def naive_horovod_efficiency(t1_s: float, grad_bytes: float, gpus: int, line_gbps: float = 25.0) -> float:
     """The README's floor: compute from the ideal bar, ring allreduce at line rate, no overlap."""
     comm = 2 * (gpus - 1) / gpus * grad_bytes / (line_gbps * 1e9 / 8)

@@ -42,6 +42,10 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         raise ConfigError("--data", str(path.parent), f"a directory holding {path.name} ({err.strerror})") from None
 
 
+HOROVOD_NCCL_VERSION = "2.0"
+"""Horovod's 2017 post ran 'NCCL2'; in October 2017 that was 2.0 (validation/devset.py's docstring says why)."""
+
+
 def horovod_scenario(model: str, gpus: int, inter_link: str, ideal_per_gpu: float, batch: int = 64):
     from sim.calibration import throughput_calibrated_scenario
 
@@ -50,6 +54,6 @@ def horovod_scenario(model: str, gpus: int, inter_link: str, ideal_per_gpu: floa
         "workload": {"model": model, "batch_size": batch},
         "cluster": {"gpus": gpus, "gpus_per_node": 4, "gpu": "p100_pcie", "intra_link": "pcie3",
                     "inter_link": inter_link},
-        "strategy": {"framework": "horovod", "precision": "fp32"},
+        "strategy": {"framework": "horovod", "precision": "fp32", "nccl_version": HOROVOD_NCCL_VERSION},
     }
     return throughput_calibrated_scenario(spec, {"single_gpu_samples_per_s": ideal_per_gpu, "batch_size": batch})

@@ -32,6 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nccl-nsocks-perthread", type=int, metavar="N",
                         help="NCCL over TCP: sockets per helper thread, as NCCL_NSOCKS_PERTHREAD (threads x sockets "
                              "<= 64; default NCCL's choice: AWS 8, else 1)")
+    parser.add_argument("--nccl-version", metavar="X.Y",
+                        help="the NCCL release whose tables and mechanisms run, as strategy.nccl_version (default: "
+                             "the newest modelled; `scalebench list nccl` shows them)")
+    parser.add_argument("--mpi-library", help="MPI implementation, as strategy.mpi_library: mpich-3 (default), "
+                                              "openmpi-1.10")
+    parser.add_argument("--mpi-gpu-buffers", help="how MPI reaches GPU buffers, as strategy.mpi_gpu_buffers: host_copy "
+                                                  "(default), host_copy_pinned, cuda_aware")
+    parser.add_argument("--host", help="the nodes' CPU side, a host of the catalog (default epyc_vm_2026)")
     parser.add_argument("-b", "--minbytes", default="8", help="smallest size, e.g. 8, 1K, 1M (default 8)")
     parser.add_argument("-e", "--maxbytes", default="256M", help="largest size (default 256M)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplication factor (default 2)")
@@ -63,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
 
     op = require_choice("--op", args.op, OPERATIONS)
     catalog = load_catalog_file(args.catalog) if args.catalog else builtin_catalog()
-    cluster = cluster_from_dict({"nodes": require_positive("--nodes", args.nodes, integer=True),
+    cluster_spec = {"host": args.host} if args.host is not None else {}
+    cluster = cluster_from_dict({**cluster_spec, "nodes": require_positive("--nodes", args.nodes, integer=True),
                                  "gpus_per_node": require_positive("--gpus-per-node", args.gpus_per_node, integer=True),
                                  "gpu": args.gpu, "intra_link": args.intra_link, "inter_link": args.inter_link,
                                  "nics_per_node": require_positive("--nics-per-node", args.nics_per_node, integer=True)},
@@ -93,8 +102,24 @@ def run(args: argparse.Namespace) -> int:
     if (nthreads is not None or nsocks is not None) and backend != "nccl":
         raise ConfigError("--nccl-socket-nthreads" if nthreads is not None else "--nccl-nsocks-perthread",
                           nthreads if nthreads is not None else nsocks, "only with --backend nccl")
+    from sim.config import check_library_settings
+    from sim.strategy import Strategy, library_fields
+
+    flags = {"nccl_version": "--nccl-version", "mpi_library": "--mpi-library", "mpi_gpu_buffers": "--mpi-gpu-buffers",
+             "nccl_socket_nthreads": "--nccl-socket-nthreads", "nccl_nsocks_perthread": "--nccl-nsocks-perthread"}
+    version, mpi_library, gpu_buffers = library_fields(
+        {"nccl_version": args.nccl_version, "mpi_library": args.mpi_library, "mpi_gpu_buffers": args.mpi_gpu_buffers},
+        names=flags)
+    for flag, value, owner in (("--nccl-version", version, "nccl"), ("--mpi-library", mpi_library, "mpi"),
+                               ("--mpi-gpu-buffers", gpu_buffers, "mpi")):
+        if value is not None and backend != owner:
+            raise ConfigError(flag, value, f"only with --backend {owner}")
+    check_library_settings(backend, Strategy(nccl_version=version, mpi_library=mpi_library, mpi_gpu_buffers=gpu_buffers,
+                                             nccl_socket_nthreads=nthreads, nccl_nsocks_perthread=nsocks), cluster,
+                           names=flags)
     options = CommOptions(algorithm=args.algo, protocol=args.proto, idle_s=idle_ms / 1e3,
-                          socket_nthreads=nthreads, nsocks_perthread=nsocks)
+                          socket_nthreads=nthreads, nsocks_perthread=nsocks, nccl_version=version,
+                          mpi_library=mpi_library, mpi_gpu_buffers=gpu_buffers)
     n = cluster.world_size
     rows = []
     size = low

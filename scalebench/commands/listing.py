@@ -1,8 +1,9 @@
-"""scalebench list models|gpus|links|codecs: the vocabulary, each entry with its figures and source.
+"""scalebench list models|gpus|links|hosts|codecs|nccl|mpi: the vocabulary, each entry with its figures and source.
 
     scalebench list models                 # parameters, FLOPs, default batch, source
     scalebench list gpus --catalog results/calibration/catalog.yaml
-    scalebench list links --format csv
+    scalebench list links --format csv     # the 'assumed' column names a figure that is an assumption
+    scalebench list nccl                   # the NCCL releases modelled: table set, source commit, what it has
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import Any
 
 from scalebench.commands.common import format_rows, write_out
 
-KINDS = ("models", "gpus", "links", "codecs")
+KINDS = ("models", "gpus", "links", "hosts", "codecs", "nccl", "mpi")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("kind", choices=KINDS, help="what to list: models (the zoo), gpus, links (the catalog), codecs")
-    parser.add_argument("--catalog", metavar="FILE.yaml", help="with gpus or links: also the entries of this catalog file")
+    parser.add_argument("kind", choices=KINDS, help="what to list: models (the zoo), gpus, links, hosts (the catalog), "
+                                                   "codecs, nccl (the NCCL releases modelled), mpi (the MPI implementations)")
+    parser.add_argument("--catalog", metavar="FILE.yaml", help="with gpus, links or hosts: also the entries of this "
+                                                               "catalog file")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
                         help="table (default: aligned columns, sources last), csv or json")
 
@@ -25,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sim.errors import ConfigError
 
-    if args.catalog and args.kind not in ("gpus", "links"):
-        raise ConfigError("--catalog", args.catalog, "only with gpus or links")
-    rows = {"models": model_rows, "gpus": gpu_rows, "links": link_rows, "codecs": codec_rows}[args.kind](args)
+    if args.catalog and args.kind not in ("gpus", "links", "hosts"):
+        raise ConfigError("--catalog", args.catalog, "only with gpus, links or hosts")
+    rows = {"models": model_rows, "gpus": gpu_rows, "links": link_rows, "hosts": host_rows, "codecs": codec_rows,
+            "nccl": nccl_rows, "mpi": mpi_rows}[args.kind](args)
     write_out(format_table(rows) if args.format == "table" else format_rows(rows, args.format))
     return 0
 
@@ -73,9 +77,39 @@ def link_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
             "name": name, "kind": link.kind, "bandwidth_GBps": round(link.bandwidth_Bps / 1e9, 4),
             "bandwidth_Gbps": round(link.bandwidth_Bps * 8 / 1e9, 3), "efficiency": link.efficiency,
             "latency_us": round(link.latency_s * 1e6, 3), "software_latency_us": round(link.software_latency_s * 1e6, 3),
-            "source": link.source,
+            "tcp_stream_Gbps": "" if link.tcp_stream_Bps is None else round(link.tcp_stream_Bps * 8 / 1e9, 3),
+            "assumed": " ".join(link.assumed) or "-", "source": link.source,
         })
     return rows
+
+
+def host_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return [{"name": name, "cpu": h.cpu, "tcp_stream_Gbps": round(h.tcp_stream_Bps * 8 / 1e9, 3),
+             "memcpy_GBps": round(h.memcpy_Bps / 1e9, 3), "reduce_GBps": round(h.reduce_Bps / 1e9, 3),
+             "pcie_GBps": round(h.pcie_Bps / 1e9, 3), "assumed": " ".join(h.assumed) or "-", "source": h.source}
+            for name, h in sorted(_catalog(args).hosts.items())]
+
+
+def nccl_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from sim.costs.backends.nccl_tables import DEFAULT_NCCL_VERSION, NCCL_VERSIONS, known_versions
+
+    rows = []
+    for version in known_versions():
+        t = NCCL_VERSIONS[version]
+        rows.append({"version": version + (" (default)" if version == DEFAULT_NCCL_VERSION else ""),
+                     "tables": t.release, "algorithms": "/".join(t.algorithms), "protocols": "/".join(t.protocols),
+                     "chooser": t.tuner, "sockets": "settable" if t.socket.settable else "one per connection",
+                     "send_recv": "yes" if t.p2p else "no", "multi_node": "yes" if t.multi_node else "no",
+                     "source": f"NVIDIA/nccl {t.commit[:10]}: {t.note}"})
+    return rows
+
+
+def mpi_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from sim.costs.backends.mpi import DEFAULT_MPI_LIBRARY, MPI_LIBRARIES
+
+    return [{"name": name + (" (default)" if name == DEFAULT_MPI_LIBRARY else ""), "rules": lib.rules,
+             "cuda_aware": "modelled" if lib.cuda_aware else "no", "source": lib.source}
+            for name, lib in MPI_LIBRARIES.items()]
 
 
 def codec_rows(args: argparse.Namespace) -> list[dict[str, Any]]:

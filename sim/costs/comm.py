@@ -44,11 +44,15 @@ class CommSpec:
     idle_s: float = 0.0
     socket_nthreads: int | None = None
     nsocks_perthread: int | None = None
+    nccl_version: str | None = None
+    mpi_library: str | None = None
+    mpi_gpu_buffers: str | None = None
 
     def options(self, algorithm: str | None = None) -> CommOptions:
         return CommOptions(algorithm=algorithm, protocol=self.protocol, idle_s=self.idle_s,
                            socket_nthreads=self.socket_nthreads, nsocks_perthread=self.nsocks_perthread,
-                           concurrent=self.concurrent)
+                           concurrent=self.concurrent, nccl_version=self.nccl_version,
+                           mpi_library=self.mpi_library, mpi_gpu_buffers=self.mpi_gpu_buffers)
 
 
 def spec_of(strategy) -> CommSpec:
@@ -56,7 +60,9 @@ def spec_of(strategy) -> CommSpec:
     return CommSpec(backend=strategy.backend or "nccl", collective=strategy.collective, protocol=strategy.protocol,
                     ps_servers=strategy.ps_servers, ps_layout=strategy.ps_layout, ps_rpc=strategy.ps_rpc,
                     root_collective=strategy.root_collective, concurrent=strategy.concurrent_collectives,
-                    socket_nthreads=strategy.nccl_socket_nthreads, nsocks_perthread=strategy.nccl_nsocks_perthread)
+                    socket_nthreads=strategy.nccl_socket_nthreads, nsocks_perthread=strategy.nccl_nsocks_perthread,
+                    nccl_version=strategy.nccl_version, mpi_library=strategy.mpi_library,
+                    mpi_gpu_buffers=strategy.mpi_gpu_buffers)
 
 
 def _add(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
@@ -167,9 +173,10 @@ def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> Rin
     from sim.costs.backends import nccl
 
     _, proto = nccl.choose(op, n_bytes, group, spec.options("ring"))
-    graph = nccl.ring_graph(group)
-    base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group, graph)
-    f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph) * 1e-6
+    t = nccl.tables(spec.options())
+    graph = nccl.ring_graph(group, t)
+    base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group, graph, t)
+    f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph, t) * 1e-6
     return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto,
                        nccl.ring_pace_factor(op, proto, n_bytes, group, spec.options()))
 
@@ -206,9 +213,9 @@ def per_flow_cluster(group: Cluster, spec: CommSpec) -> Cluster:
 
     streams, threads = 1, None
     if spec.backend == "nccl" and group.nodes > 1:
-        from sim.costs.backends.nccl import ring_graph, ring_streams
+        from sim.costs.backends.nccl import ring_graph, ring_streams, tables
 
-        streams, per_node = ring_streams(group, ring_graph(group), spec.options())
+        streams, per_node = ring_streams(group, ring_graph(group, tables(spec.options())), spec.options())
         threads = None if per_node is None else max(1, math.ceil(per_node / group.nics_per_node))
     return replace(group, intra_link=twin(group.intra_link, 1),
                    inter_link=twin(group.inter_link, max(1, streams // group.nics_per_node), threads))

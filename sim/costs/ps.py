@@ -149,17 +149,16 @@ MXNET_REDUCTION_THREADS = 4
 def host_reduce_broadcast_s(n_bytes: float, cluster: Cluster) -> float:
     """MXNet's CommCPU (src/kvstore/comm.h) for one key: every GPU's gradient copied to pinned
     host memory over its own PCIe link (concurrently), summed there by MXNET_REDUCTION_THREADS
-    threads (g arrays read, one written, each thread at one core's streaming-sum rate,
-    sim.costs.backends.gloo.HOST_REDUCE_Bps), and after the pull copied back to every GPU:
+    threads (g arrays read, one written, each thread at one core's streaming-sum rate, the
+    cluster's host's ``reduce_Bps``: sim/data/hosts.yaml), and after the pull copied back to every GPU:
         t = S / B_pcie + (g + 1) S / (threads x R_core) + S / B_pcie,
     B_pcie the GPU's link to the host (the catalog's PCIe Gen3 x16 payload rate)."""
-    from sim.catalog import builtin_catalog
-    from sim.costs.backends.gloo import HOST_REDUCE_Bps
+    from sim.catalog import builtin_catalog, host_of
 
     g = cluster.gpus_per_node
     pcie = cluster.intra_link if cluster.intra_link.kind == "pcie" else builtin_catalog().links["pcie3"]
     copy = n_bytes / pcie.effective_Bps
-    reduce = (g + 1) * n_bytes / (MXNET_REDUCTION_THREADS * HOST_REDUCE_Bps) if g > 1 else 0.0
+    reduce = (g + 1) * n_bytes / (MXNET_REDUCTION_THREADS * host_of(cluster).reduce_Bps) if g > 1 else 0.0
     return 2 * copy + reduce
 
 

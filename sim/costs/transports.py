@@ -6,9 +6,10 @@ slower line rate does (DESIGN.md 'Transports'):
 - tcp: a stream moves at most min(line rate x payload efficiency, the network's per-flow cap,
   window / RTT, what one core copies through the kernel) (Mathis et al. 1997's window bound; the
   window is capped by the socket buffers; the copy rate measured here, TcpDefaults),
-  and after an idle spell longer than the retransmission timeout it starts again from the
-  initial window and doubles it every round trip (slow start, RFC 5681 sec. 4.1, RFC 2861;
-  Linux ``net.ipv4.tcp_slow_start_after_idle = 1``). A library opens its own number of streams
+  and after an idle spell longer than the retransmission timeout it slow-starts again from a
+  restart window: Linux halves its window once per RTO of idle, never below the initial window
+  (tcp_cwnd_restart, RFC 2861's window validation; ``net.ipv4.tcp_slow_start_after_idle = 1``),
+  and doubles it every round trip from there (``restart_window_bytes``). A library opens its own number of streams
   per connection (``streams``): NCCL's socket transport NCCL_NSOCKS_PERTHREAD x
   NCCL_SOCKET_NTHREADS, gloo one.
 - roce, infiniband: verbs; no window short of the NIC's, no slow start, no kernel copies.
@@ -38,17 +39,22 @@ class TcpDefaults:
     tcp_adv_win_scale = 1, which keeps half of the receive buffer for the window
     (Documentation/networking/ip-sysctl.rst, Linux 4.x-6.5)."""
     initial_window_segments: int = 10
-    """Initial and restart window, in segments (RFC 6928; include/net/tcp.h TCP_INIT_CWND)."""
+    """Initial window, and the floor of a restart, in segments (RFC 6928; include/net/tcp.h
+    TCP_INIT_CWND)."""
     min_rto_s: float = 0.2
-    """Smallest retransmission timeout (include/net/tcp.h TCP_RTO_MIN = HZ/5): a stream idle for
-    longer than its RTO restarts from the initial window."""
-    stream_copy_Bps: float = 20e9 / 8
-    """What one stream moves when one thread sends it and one receives it: the kernel copies every
-    byte into and out of the socket on those threads' cores (plus each segment's softirq work), so
-    a stream is bound to one core's rate however fast the line. Our measurement
-    (scripts/measure_tcp_stream.py, AMD EPYC VM core, Linux, 2026-11-26): 19.7 and 20.3 Gbit/s at
-    MTU 1500 in a network namespace (medians of 7 and 5 runs of 2 GiB), 23.0-23.9 at loopback's
-    MTU 65536. A link's ``tcp_stream_Gbps`` replaces it for faster or slower hosts."""
+    """TCP_RTO_MIN = HZ/5 (include/net/tcp.h): the floor of the RTT variance term of the
+    retransmission timeout (``rto_s``)."""
+    @property
+    def stream_copy_Bps(self) -> float:
+        """What one stream moves when one thread sends it and one receives it: the kernel copies
+        every byte into and out of the socket on those threads' cores (plus each segment's softirq
+        work), so a stream is bound to one core's rate however fast the line: a host's figure
+        (sim/data/hosts.yaml ``tcp_stream_Gbps``; a cluster's ``host`` sets it on its TCP links,
+        a link's own ``tcp_stream_Gbps`` wins). This default is the catalog's DEFAULT_HOST's:
+        our measurement, 20 Gbit/s (results/hosts/epyc_vm_2026.md)."""
+        from sim.catalog import DEFAULT_HOST, builtin_catalog
+
+        return builtin_catalog().hosts[DEFAULT_HOST].tcp_stream_Bps
 
 
 LINUX_TCP = TcpDefaults()
@@ -116,15 +122,45 @@ def slow_start_extra_s(bytes_per_stream: float, stream_Bps: float, rtt: float, i
     return max(0.0, rounds * rtt - sent / stream_Bps)
 
 
+def rto_s(link: Link) -> float:
+    """Linux's retransmission timeout on a steady path: RTO = SRTT + RTTVAR with RTTVAR floored at
+    TCP_RTO_MIN (net/ipv4/tcp_input.c tcp_rtt_estimator: rttvar_us = max(mdev_max_us,
+    tcp_rto_min_us); __tcp_set_rto: srtt + rttvar), so RTT + 200 ms where the RTT does not vary."""
+    return rtt_s(link) + LINUX_TCP.min_rto_s
+
+
+def restart_window_bytes(link: Link, previous_window_bytes: float, idle_s: float) -> float:
+    """The window a stream sends with after ``idle_s`` of silence (net/ipv4/tcp_output.c
+    tcp_cwnd_restart, called by tcp_event_data_sent when the stream idled longer than its RTO):
+    restart = min(initial window, window); 'while ((delta -= rto) > 0 && cwnd > restart) cwnd >>= 1';
+    the window becomes max(cwnd, restart). So it halves once per whole RTO of idle after the first,
+    never below the initial window (RFC 2861 halves per RTO; RFC 5681 sec. 4.1 would restart at the
+    initial window itself). ssthresh becomes max(ssthresh, 3/4 window) (tcp_current_ssthresh); on a
+    path without loss it is still its initial infinity, so the stream slow-starts back to full."""
+    mss = mss_bytes(link)
+    cwnd = max(1, int(previous_window_bytes // mss))  # segments, as the kernel counts them
+    restart = min(LINUX_TCP.initial_window_segments, cwnd)
+    delta, rto = idle_s, rto_s(link)
+    if delta <= rto:
+        return cwnd * mss
+    while (delta := delta - rto) > 0 and cwnd > restart:
+        cwnd >>= 1
+    return max(cwnd, restart) * mss
+
+
 def tcp_cold_start_s(link: Link, bytes_per_stream: float, stream_Bps: float, idle_s: float) -> float:
-    """Slow start again when the connection sat idle longer than the RTO (Linux restarts the
-    window after an idle RTO: tcp_cwnd_restart, RFC 2861); a warm connection keeps its window."""
+    """Slow start again when the connection sat idle longer than the RTO: from Linux's restart
+    window (``restart_window_bytes``) of the window the stream had, back to the one that fills its
+    path; a warm connection keeps its window. The window before the idle spell is taken as the one
+    that fills the stream's path, rate x RTT, at most the socket buffers' and at least the initial
+    window, below which a stream's window does not fall without loss (assumed: the previous call
+    reached it and queueing let it grow no further)."""
     rtt = rtt_s(link)
-    rto = max(LINUX_TCP.min_rto_s, rtt)
-    if idle_s <= rto:
+    if idle_s <= rto_s(link) or rtt <= 0:
         return 0.0
-    return slow_start_extra_s(bytes_per_stream, stream_Bps, rtt,
-                              LINUX_TCP.initial_window_segments * mss_bytes(link))
+    initial = LINUX_TCP.initial_window_segments * mss_bytes(link)
+    previous = max(initial, min(stream_Bps * rtt, tcp_window_bytes(link)))
+    return slow_start_extra_s(bytes_per_stream, stream_Bps, rtt, restart_window_bytes(link, previous, idle_s))
 
 
 def _no_cold_start(link: Link, bytes_per_stream: float, stream_Bps: float, idle_s: float) -> float:

@@ -35,7 +35,7 @@ PLAN_KEYS = (
 DEFAULT_MAX_CANDIDATES = 1_000_000
 """A larger space is refused before anything is simulated (about 5 minutes at the measured rate)."""
 FIXED_STRATEGY_KEYS = ("precision", "stage_balance", "protocol", "ps_servers", "ps_layout", "overlap",
-                       "nccl_socket_nthreads", "nccl_nsocks_perthread")
+                       "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version", "mpi_library", "mpi_gpu_buffers")
 """Strategy fields a plan keeps as given; every other one it searches or leaves at its default."""
 DEFAULT_BUCKET_MIB = (5.0, 25.0, 100.0)
 """Bucket sizes tried: DDP's default 25 MiB (torch/nn/parallel/distributed.py), a fifth and four times it."""

@@ -77,10 +77,11 @@ def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
     }
     if base.protocol is not None:
         strategy["protocol"] = base.protocol
-    if sync.backend == "nccl":  # NCCL's socket settings, where the plan was given them
-        for key in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
-            if getattr(base, key) is not None:
-                strategy[key] = getattr(base, key)
+    library_keys = {"nccl": ("nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version"),
+                    "mpi": ("mpi_library", "mpi_gpu_buffers")}
+    for key in library_keys.get(sync.backend, ()):  # the library's release and settings, where the plan was given them
+        if getattr(base, key) is not None:
+            strategy[key] = getattr(base, key)
     if sync.codec is not None:
         strategy["codec"], strategy["codec_path"] = sync.codec, sync.codec_path
     spec = {

@@ -47,6 +47,15 @@ class CommOptions:
     """Collectives of this kind in flight at once, each on its own communicator and connections
     (Caffe2's max_concurrent_distributed_ops): a library that honours it (gloo's halving/doubling)
     moves their bytes over that many streams per rank, sharing the node's NICs."""
+    nccl_version: str | None = None
+    """The NCCL release whose tables and mechanisms run (a key of
+    sim.costs.backends.nccl_tables.NCCL_VERSIONS, e.g. '2.3'); None: the newest modelled."""
+    mpi_library: str | None = None
+    """The MPI implementation and release (a key of sim.costs.backends.mpi.MPI_LIBRARIES, e.g.
+    'openmpi-1.10'); None: the default there."""
+    mpi_gpu_buffers: str | None = None
+    """How an MPI collective reaches GPU memory (sim.costs.backends.mpi.GPU_BUFFERS): host_copy,
+    host_copy_pinned, cuda_aware; None: host_copy (see there). Ignored for CPU tensors."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,9 @@ class Backend:
     """What ``CommOptions.algorithm`` may name for this library."""
     protocols: tuple[str, ...]
     description: str
+    versions: tuple[str, ...] = ()
+    """The releases (NCCL) or implementations (MPI) this library's model knows; () : one only."""
+    default_version: str | None = None
 
 
 def zero_cost(algorithm: str = "none") -> CommCost:

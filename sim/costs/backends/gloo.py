@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 
+from sim.catalog import host_of
 from sim.cluster import Cluster
 from sim.costs.backends.common import (
     Backend,
@@ -47,12 +48,10 @@ MAX_SEGMENT_BYTES = 2**20
 """gloo/allreduce.h: AllreduceOptionsImpl::kMaxSegmentSize = 1024 * 1024."""
 IN_FLIGHT_SEGMENTS = 2
 """gloo/allreduce.cc: sends and receives are posted two iterations ahead of their waits."""
-NOTIFY_BYTES = 32
-"""A receive-ready announcement: one small header on the pair (gloo/transport/tcp/pair.cc)."""
-HOST_REDUCE_Bps = 10e9
-"""One CPU core summing float32 segments streams ~10 GB/s (read two, write one) on a server-class
-Xeon (McCalpin's STREAM 'Add' kernel, one thread of a Xeon E5 v3/v4: 10-13 GB/s); the device's own
-memory bandwidth where the 'GPU' is the CPU itself (kind cpu)."""
+NOTIFY_BYTES = 6 * 8
+"""A receive-ready announcement: one Op preamble on the pair, six size_t fields (nbytes, opcode,
+slot, offset, length, roffset: gloo/transport/tcp/pair.h struct Op, facebookincubator/gloo at
+cc441984), 48 bytes on a 64-bit host, and no payload (NOTIFY_RECV_READY)."""
 EXTRAPOLATE_AFTER = 256
 """Iterations simulated exactly; beyond them the steady period is extrapolated."""
 
@@ -129,7 +128,10 @@ def allreduce_wire_s(n_bytes: float, n: int, rate_Bps: float, delay_s: float, re
 
 
 def _reduce_Bps(group: Cluster) -> float:
-    return group.gpu.memory_bandwidth_Bps if group.gpu.kind == "cpu" else HOST_REDUCE_Bps
+    """One CPU core summing float32 segments (two reads and a write per element): the cluster's
+    host's measured rate (sim/data/hosts.yaml reduce_GBps); the device's own memory bandwidth
+    where the 'GPU' is the CPU itself (kind cpu, whose figure a calibration measures)."""
+    return group.gpu.memory_bandwidth_Bps if group.gpu.kind == "cpu" else host_of(group).reduce_Bps
 
 
 def _ring(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:

@@ -28,7 +28,7 @@ with every channel (ncclTopoGetAlgoTime scales by nChannels only when a caller f
 latency-bound, and a bandwidth cut in proportion to the channels would, through the ring's
 per-hop chain, price some messages below smaller ones; so the prediction keeps all channels.
 
-Sources: NVIDIA/nccl 2.18-2.20 (src/device/all_reduce.h, all_gather.h, reduce_scatter.h,
+Sources: NVIDIA/nccl 2.18-2.21 (the releases of the tuning-model table sets) (src/device/all_reduce.h, all_gather.h, reduce_scatter.h,
 prims_simple.h, primitives.h ``ProtoLL``/``ProtoLL128``; src/enqueue.cc; src/graph/search.cc;
 src/transport/nvls.cc ``NVLS_NCHANNELS``; src/include/device.h).
 """
@@ -37,29 +37,27 @@ from __future__ import annotations
 
 import math
 
-from sim.costs.backends import nccl_tables as T
+from sim.costs.backends.nccl_tables import DEFAULT, NcclTables
 
-MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
-"""device.h: NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512."""
+MAX_THREADS = DEFAULT.max_threads
+"""device.h: NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512
+(per release: NcclTables.max_threads)."""
 
 
-def ring_threads(proto: str, graph_busbw_GBps: float) -> int:
+def ring_threads(proto: str, graph_busbw_GBps: float, t: NcclTables = DEFAULT) -> int:
     """tuning.cc ncclTopoTuneModel: a ring's Simple blocks get 256 threads where the ring graph's
     bwIntra x nChannels <= PCI_BW (12 GB/s), NCCL_SIMPLE_MAX_NTHREADS otherwise."""
-    if proto == "Simple" and graph_busbw_GBps <= T.PCI_BW_GEN3:
-        return 256
-    return MAX_THREADS[proto]
+    if proto == "Simple" and graph_busbw_GBps <= t.pci_bw:
+        return min(256, t.max_threads[proto])
+    return t.max_threads[proto]
 BYTES_PER_GRAIN = {"LL": 8, "LL128": 8 * 15 * 8 // 16}
 """primitives.h: ProtoLL moves 8 data bytes per thread and 16-byte line; ProtoLL128
 NCCL_LL128_SHMEM_ELEMS_PER_THREAD (8) x NCCL_LL128_DATAELEMS (15) x 8 B / NCCL_LL128_LINEELEMS (16)."""
-CHUNK_BYTES = {
-    "Simple": T.SIMPLE_STEP_BYTES * T.RING_CHUNK_STEPS,
-    "LL": 2**16 // 2,
-    "LL128": 4915200 // T.NCCL_STEPS * 120 // 128,
-}
+CHUNK_BYTES = DEFAULT.chunk_bytes
 """Data per ring step and channel at most (runRing's chunkSize = calcBytePerStep x chunk steps):
 Simple 4 steps of its 4 MiB / 8 buffer; LL one step of its 512 KiB / 8 buffer at half payload;
-LL128 one step of its 4.7 MB / 8 buffer at 120/128 (device.h buffer sizes)."""
+LL128 one step of its 4.7 MB / 8 buffer at 120/128 (device.h buffer sizes; per release:
+NcclTables.chunk_bytes)."""
 
 NVLS_CHANNELS = 16
 """src/transport/nvls.cc: NCCL_PARAM(NvlsChannels, "NVLS_NCHANNELS", 16); enqueue.cc getAlgoInfo
@@ -76,7 +74,8 @@ ld_reduce + st) -> gather (all_reduce.h); reduce_scatter scatter -> reduce (redu
 allgather bcast -> gather (all_gather.h)."""
 
 
-def ring_chunk_bytes(proto: str, rest_bytes: float, channels: int, nranks: int, nthreads: int) -> float:
+def ring_chunk_bytes(proto: str, rest_bytes: float, channels: int, nranks: int, nthreads: int,
+                     t: NcclTables = DEFAULT) -> float:
     """The chunk runRing gives each (channel, rank) slot in a loop over ``rest_bytes``:
     Simple: roundUp(min(C, ceil(rest / (nc n))), nthreads x 8 B) (the kernel's (nThreads - 32) x
     8 B, its nThreads being ``nthreads`` plus one sync warp, enqueue.cc); LL/LL128:
@@ -85,21 +84,22 @@ def ring_chunk_bytes(proto: str, rest_bytes: float, channels: int, nranks: int, 
     slots = channels * nranks
     if proto == "Simple":
         granule = nthreads * 8
-        return float(math.ceil(min(CHUNK_BYTES[proto], math.ceil(rest_bytes / slots)) / granule) * granule)
+        return float(math.ceil(min(t.chunk_bytes[proto], math.ceil(rest_bytes / slots)) / granule) * granule)
     grain = nthreads * BYTES_PER_GRAIN[proto] // (2 if proto == "LL128" else 1)
-    return float(min(CHUNK_BYTES[proto], math.ceil(rest_bytes / (slots * grain)) * grain))
+    return float(min(t.chunk_bytes[proto], math.ceil(rest_bytes / (slots * grain)) * grain))
 
 
-def ring_critical_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nthreads: int) -> float:
+def ring_critical_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nthreads: int,
+                        t: NcclTables = DEFAULT) -> float:
     """Bytes one ring step moves on the busiest slot, summed over runRing's loops: loops advance
     by nc x n x C (the full chunk), each sized by ring_chunk_bytes on what is left. The ring's
     throughput time is steps x this / per-channel rate; with no rounding it is n_bytes / (nc n)."""
     if n_bytes <= 0:
         return 0.0
-    chunk = CHUNK_BYTES[proto]
+    chunk = t.chunk_bytes[proto]
     full = math.floor(n_bytes / (channels * nranks * chunk))  # loops of whole chunks
     rest = n_bytes - full * channels * nranks * chunk
-    return full * chunk + (ring_chunk_bytes(proto, rest, channels, nranks, nthreads) if rest > 0 else 0.0)
+    return full * chunk + (ring_chunk_bytes(proto, rest, channels, nranks, nthreads, t) if rest > 0 else 0.0)
 
 
 def tree_depth(nranks: int, nnodes: int) -> int:
@@ -108,7 +108,8 @@ def tree_depth(nranks: int, nnodes: int) -> int:
     return nranks // max(1, nnodes) - 1 + int(math.log2(max(1, nnodes)))
 
 
-def tree_chunk_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nnodes: int) -> float:
+def tree_chunk_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nnodes: int,
+                     t: NcclTables = DEFAULT) -> float:
     """The chunk a tree allreduce moves per channel and hop (enqueue.cc computeColl, 2.8-2.19):
     trees take one step of the protocol's buffer, not the ring's ALLREDUCE_CHUNKSTEPS
     (chunkSteps = 1 unless ring Simple). Simple then halves it while nBytes / (nChannels x chunk)
@@ -116,14 +117,14 @@ def tree_chunk_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nno
     < nsteps x 64 / ppn (128 KiB), < nsteps x 16 / ppn (32 KiB), nsteps = 1 + log2i(nNodes) +
     0.1 ppn, ppn = nRanks / nNodes; LL keeps its step."""
     if proto == "LL":
-        return float(CHUNK_BYTES["LL"])
+        return float(t.chunk_bytes["LL"])
     per_channel = n_bytes / max(1, channels)
     if proto == "Simple":
-        chunk = float(T.SIMPLE_STEP_BYTES)
+        chunk = float(t.simple_buffsize_bytes / t.nccl_steps)
         depth = tree_depth(nranks, nnodes)
         cuts: tuple[tuple[float, float], ...] = ((depth * 8, 131072), (depth * 4, 65536), (depth, 32768))
     else:  # LL128: one step of its buffer, at 120/128 payload
-        chunk = float(CHUNK_BYTES["LL128"])
+        chunk = float(t.chunk_bytes["LL128"])
         ppn = nranks / max(1, nnodes)
         nsteps = 1 + int(math.log2(max(1, nnodes))) + 0.1 * ppn
         cuts = ((nsteps * 64 / ppn, 131072), (nsteps * 16 / ppn, 32768))
@@ -136,7 +137,7 @@ def tree_chunk_bytes(proto: str, n_bytes: float, channels: int, nranks: int, nno
 def nvls_chunk_bytes(n_bytes: float, channels: int, heads: int) -> int:
     """enqueue.cc's NVLS chunk: 128 KiB, cut to 64 / 32 / 16 KiB below 64 / 8 / 2 x
     concurrentOps x chunk bytes (concurrentOps = channels x heads)."""
-    chunk = min(T.SIMPLE_STEP_BYTES, NVLS_MAX_CHUNK_BYTES)
+    chunk = min(DEFAULT.simple_buffsize_bytes // DEFAULT.nccl_steps, NVLS_MAX_CHUNK_BYTES)
     ops = channels * heads
     for factor, smaller in NVLS_CHUNK_CUTS:
         if n_bytes < factor * ops * chunk and chunk > smaller:
