@@ -8,13 +8,14 @@ The built-in entries live in ``sim/data/gpus.yaml``, ``sim/data/links.yaml`` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError, reject_unknown_keys, require_mapping, require_positive
+from sim.scenario_terms import ScenarioTerms, terms_from_dict
 from sim.units import GIB, gbit_per_s_to_Bps, gbyte_per_s_to_Bps, tflops_to_flops, us_to_s
 from sim.yamlio import load_yaml_text, read_yaml
 
@@ -53,6 +54,10 @@ class GPU:
     sm_count: int = 0
     """Streaming multiprocessors (datasheet); NCCL's kernels hold one per channel
     (sim/costs/contention.py). 0: unknown."""
+    compute_scale: float = 1.0
+    """Measured: a step's modelled compute (layers by roofline, optimizer) runs this many times
+    the model's on this GPU (``scalebench calibrate --from-runs`` fits it to one-GPU runs); 1: the
+    roofline's. Measured layer times are not scaled."""
     nvlinks: int = 0
     """NVLink links per GPU; NCCL's topology gives each one ncclTopoNVLinkBw(compute capability)
     (src/graph/topo.h)."""
@@ -100,6 +105,13 @@ class Link:
     assumed: tuple[str, ...] = ()
     """The entry's fields whose value is an assumption rather than a sourced figure (listed by
     ``scalebench list links``)."""
+    bandwidth_factor: float = 1.0
+    """Measured: what this link delivers over what the model gives it (``scalebench calibrate
+    --from-runs``): scales the achievable rate and a TCP stream's copy rate; 1: the model's."""
+    nccl_protocols: tuple[tuple[str, float, float], ...] = ()
+    """Measured per NCCL protocol: (protocol, bandwidth factor, latency factor) on NCCL's predicted
+    bus bandwidth and latency where this link is a collective's bottleneck (``scalebench
+    calibrate --from-nccl-tests``); a protocol not listed: 1, 1."""
     source: str = ""
 
     @property
@@ -109,20 +121,54 @@ class Link:
 
     @property
     def effective_Bps(self) -> float:
-        """Achievable bandwidth, 1/beta of the alpha-beta model."""
-        return self.bandwidth_Bps * self.efficiency
+        """Achievable bandwidth, 1/beta of the alpha-beta model (x a measured bandwidth factor)."""
+        return self.bandwidth_Bps * self.efficiency * self.bandwidth_factor
+
+    def protocol_factors(self, protocol: str) -> tuple[float, float]:
+        """(bandwidth factor, latency factor) fitted for NCCL's ``protocol`` on this link; (1, 1) if none."""
+        for name, bandwidth, latency in self.nccl_protocols:
+            if name == protocol:
+                return bandwidth, latency
+        return 1.0, 1.0
 
 
 _GPU_KEYS = (
     "peak_tflops", "memory_bandwidth_GBps", "memory_GiB", "efficiency", "launch_overhead_us", "kind",
-    "compute_capability", "nvlinks", "sm_count", "source",
+    "compute_capability", "nvlinks", "sm_count", "base", "compute_scale", "source",
 )
+_GPU_BASED_KEYS = ("base", "compute_scale", "source")
+"""What an entry that starts from another GPU (``base:``) may give: a calibration of it."""
 _LINK_KEYS = (
     "kind", "bandwidth_Gbps", "bandwidth_GBps", "latency_us", "software_latency_us",
     "efficiency", "mtu_bytes", "per_flow_Gbps", "tcp_window_MiB", "tcp_stream_Gbps", "nic_vendor", "base", "tc",
-    "assumed", "source",
+    "assumed", "bandwidth_factor", "nccl_protocols", "source",
 )
 _TC_KEYS = ("rate_Gbps", "delay_ms")
+NCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+"""NCCL's protocols (src/include/devcomm.h NCCL_PROTO_*), the keys of a link's nccl_protocols."""
+_FACTOR_KEYS = ("bandwidth_factor", "latency_factor")
+
+
+def _factor(field_name: str, value: Any) -> float:
+    require_positive(field_name, value)
+    return float(value)
+
+
+def _nccl_protocols(here: str, spec: Any) -> tuple[tuple[str, float, float], ...]:
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{here}.nccl_protocols", spec, "a mapping of " + ", ".join(NCCL_PROTOCOLS)
+                          + " to {bandwidth_factor, latency_factor}")
+    out = []
+    for proto, factors in spec.items():
+        if proto not in NCCL_PROTOCOLS:
+            raise ConfigError(f"{here}.nccl_protocols.{proto}", proto, NCCL_PROTOCOLS)
+        where = f"{here}.nccl_protocols.{proto}"
+        if not isinstance(factors, dict):
+            raise ConfigError(where, factors, "a mapping with keys " + ", ".join(_FACTOR_KEYS))
+        reject_unknown_keys(where, factors, _FACTOR_KEYS)
+        out.append((proto, _factor(f"{where}.bandwidth_factor", factors.get("bandwidth_factor", 1.0)),
+                    _factor(f"{where}.latency_factor", factors.get("latency_factor", 1.0))))
+    return tuple(out)
 
 
 def _fraction(field_name: str, value: Any) -> float:
@@ -132,10 +178,25 @@ def _fraction(field_name: str, value: Any) -> float:
     return float(value)
 
 
-def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") -> GPU:
+def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
+                  gpus: dict[str, GPU] | None = None) -> GPU:
+    """A GPU from its catalog entry; ``base: NAME`` starts from another GPU of ``gpus`` and may only
+    calibrate it (``compute_scale``, ``source``)."""
     if not isinstance(spec, dict):
         raise ConfigError(f"{where}.{name}", spec, "a mapping with keys " + ", ".join(_GPU_KEYS))
     reject_unknown_keys(f"{where}.{name}", spec, _GPU_KEYS)
+    scale = float(require_positive(f"{where}.{name}.compute_scale", spec.get("compute_scale", 1.0)))
+    if "base" in spec:
+        known = gpus or {}
+        if spec["base"] not in known:
+            raise ConfigError(f"{where}.{name}.base", spec["base"], known)
+        other = sorted(set(spec) - set(_GPU_BASED_KEYS))
+        if other:
+            raise ConfigError(f"{where}.{name}.{other[0]}", spec[other[0]], "with base: only "
+                              + ", ".join(_GPU_BASED_KEYS[1:]) + " (a GPU of its own gives every figure, without base)")
+        base = known[spec["base"]]
+        return replace(base, name=name, compute_scale=base.compute_scale * scale,
+                       source=str(spec.get("source", base.source)))
     peak = spec.get("peak_tflops")
     if not isinstance(peak, dict) or "fp32" not in peak:
         raise ConfigError(f"{where}.{name}.peak_tflops", peak, "a mapping of dtype to TFLOP/s with at least fp32")
@@ -164,6 +225,7 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus") 
         compute_capability=None if cc is None else float(require_positive(f"{where}.{name}.compute_capability", cc)),
         nvlinks=require_positive(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
         sm_count=require_positive(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
+        compute_scale=scale,
         source=str(spec.get("source", "")),
     )
 
@@ -246,6 +308,10 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
         efficiency = tcp_payload_efficiency(mtu, shaped)
     else:
         efficiency = base.efficiency if base else 1.0
+    bandwidth_factor = (_factor(f"{here}.bandwidth_factor", spec["bandwidth_factor"]) if "bandwidth_factor" in spec
+                        else (base.bandwidth_factor if base else 1.0))
+    nccl_protocols = (_nccl_protocols(here, spec["nccl_protocols"]) if "nccl_protocols" in spec
+                      else (base.nccl_protocols if base else ()))
     return Link(
         name=name,
         kind=kind,
@@ -260,6 +326,8 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
         nic_vendor=nic_vendor,
         shaped=shaped,
         assumed=assumed,
+        bandwidth_factor=bandwidth_factor,
+        nccl_protocols=nccl_protocols,
         source=str(spec.get("source", base.source if base else "")),
     )
 
@@ -328,11 +396,14 @@ def _read_builtin(filename: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Catalog:
-    """All known GPUs and links by name."""
+    """All known GPUs and links by name, and a calibration file's scenario terms."""
 
     gpus: dict[str, GPU] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
     hosts: dict[str, Host] = field(default_factory=dict)
+    terms: ScenarioTerms | None = None
+    """A calibration file's ``calibration:`` section (sim/scenario_terms.py), which every scenario
+    read with this catalog gets (sim.config.scenario_from_dict); None: none."""
 
     def gpu(self, name: str, field_name: str = "cluster.gpu") -> GPU:
         if not isinstance(name, str) or name not in self.gpus:
@@ -354,18 +425,21 @@ class Catalog:
         if not extra:
             return self
         if not isinstance(extra, dict):
-            raise ConfigError(where, extra, "a mapping with keys gpus, links, hosts")
-        reject_unknown_keys(where, extra, ("gpus", "links", "hosts"))
+            raise ConfigError(where, extra, "a mapping with keys gpus, links, hosts, calibration")
+        reject_unknown_keys(where, extra, ("gpus", "links", "hosts", "calibration"))
         gpus = dict(self.gpus)
         links = dict(self.links)
         hosts = dict(self.hosts)
         for name, spec in require_mapping(f"{where}.gpus", extra.get("gpus") or {}, "a mapping of GPU name to its entry").items():
-            gpus[name] = gpu_from_dict(name, spec, f"{where}.gpus")
+            gpus[name] = gpu_from_dict(name, spec, f"{where}.gpus", gpus)
         for name, spec in require_mapping(f"{where}.links", extra.get("links") or {}, "a mapping of link name to its entry").items():
             links[name] = link_from_dict(name, spec, f"{where}.links", links)
         for name, spec in require_mapping(f"{where}.hosts", extra.get("hosts") or {}, "a mapping of host name to its entry").items():
             hosts[name] = host_from_dict(name, spec, links, f"{where}.hosts")
-        return Catalog(gpus, links, hosts)
+        terms = self.terms
+        if extra.get("calibration") is not None:
+            terms = terms_from_dict(extra["calibration"], f"{where}.calibration")
+        return Catalog(gpus, links, hosts, terms)
 
 
 @cache

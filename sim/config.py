@@ -89,6 +89,10 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
         check_memory=check_memory,
     )
     scenario = replace(scenario, strategy=resolve_backend(scenario.strategy, scenario.cluster))
+    if catalog.terms is not None:  # a calibration file's terms (sim/scenario_terms.py)
+        from sim.calibrated import apply_scenario_terms
+
+        scenario = apply_scenario_terms(scenario, catalog.terms)
     validate_scenario(scenario)
     return scenario
 

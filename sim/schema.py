@@ -91,7 +91,8 @@ def field_types() -> dict[str, Any]:
         "strategy.nccl_version": _enum(known_versions()), "strategy.mpi_library": _enum(MPI_LIBRARIES),
         "strategy.mpi_gpu_buffers": _enum(GPU_BUFFERS),
         "strategy.fusion_mib": NUM_POS, "strategy.cycle_time_ms": NUM_NONNEG,
-        "strategy.iteration_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
+        "strategy.iteration_overhead_ms": NUM_NONNEG,
+        "strategy.inter_node_overhead_ms": NUM_NONNEG, "strategy.multi_gpu_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
         "strategy.double_buffering": BOOL, "strategy.ps_layout": _enum(PS_LAYOUTS),
         "strategy.negotiation": _enum(NEGOTIATIONS), "strategy.ps_rpc": _enum(PS_RPCS),
         "strategy.root_collective": {"type": "string"}, "strategy.concurrent_collectives": INT_POS,
@@ -117,6 +118,7 @@ def field_types() -> dict[str, Any]:
         "gpu.memory_bandwidth_GBps": NUM_POS, "gpu.memory_GiB": NUM_POS, "gpu.efficiency": FRACTION,
         "gpu.launch_overhead_us": NUM_NONNEG, "gpu.kind": _enum(DEVICE_KINDS), "gpu.compute_capability": NUM_POS,
         "gpu.nvlinks": INT_NONNEG, "gpu.sm_count": INT_NONNEG, "gpu.source": STRING,
+        "gpu.base": {"type": "string", "examples": sorted(catalog.gpus)}, "gpu.compute_scale": NUM_POS,
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
         "link.latency_us": NUM_NONNEG, "link.software_latency_us": NUM_NONNEG, "link.efficiency": FRACTION,
         "link.mtu_bytes": {"type": "integer", "minimum": 53}, "link.per_flow_Gbps": NUM_POS, "link.tcp_window_MiB": NUM_POS,
@@ -124,6 +126,11 @@ def field_types() -> dict[str, Any]:
         "link.nic_vendor": _enum(NIC_VENDORS), "link.base": {"type": "string", "examples": sorted(catalog.links)},
         "link.tc": {"type": "object", "additionalProperties": False, "minProperties": 1,
                     "properties": {"rate_Gbps": NUM_POS, "delay_ms": NUM_NONNEG}},
+        "link.bandwidth_factor": NUM_POS,
+        "link.nccl_protocols": {"type": "object", "additionalProperties": False, "properties": {
+            proto: {"type": "object", "additionalProperties": False,
+                    "properties": {"bandwidth_factor": NUM_POS, "latency_factor": NUM_POS}}
+            for proto in ("LL", "LL128", "Simple")}},
         "link.source": STRING,
         "link.assumed": {"type": "array", "items": _enum(k for k in _LINK_KEYS if k not in ("assumed", "source", "base"))},
         "host.cpu": STRING, "host.tcp_stream_Gbps": NUM_POS, "host.memcpy_GBps": NUM_POS, "host.reduce_GBps": NUM_POS,
@@ -180,7 +187,10 @@ def scenario_definitions() -> dict[str, Any]:
     defs["catalog"] = {"type": "object", "additionalProperties": False, "properties": {
         "gpus": {"type": "object", "additionalProperties": {"$ref": "#/$defs/gpu"}},
         "links": {"type": "object", "additionalProperties": {"$ref": "#/$defs/link"}},
-        "hosts": {"type": "object", "additionalProperties": {"$ref": "#/$defs/host"}}}}
+        "hosts": {"type": "object", "additionalProperties": {"$ref": "#/$defs/host"}},
+        "calibration": {"type": "object", "additionalProperties": False, "properties": {
+            "workload": STRING, "multi_gpu_overhead_ms": NUM_NONNEG, "inter_node_overhead_ms": NUM_NONNEG,
+            "overlap": BOOL, "source": STRING}}}}
     return defs
 
 

@@ -40,6 +40,7 @@ DDP_DEFAULT_BUCKET_MIB = 25.0
 STRATEGY_KEYS = (
     "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version",
     "mpi_library", "mpi_gpu_buffers", "fusion_mib", "cycle_time_ms", "iteration_overhead_ms",
+    "multi_gpu_overhead_ms", "inter_node_overhead_ms",
     "comm_slows_compute", "double_buffering", "negotiation", "ps_rpc", "root_collective", "concurrent_collectives",
     "ps_layout", "collective", "ps_servers", "bucket_mib", "first_bucket_mib", "overlap", "precision",
     "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem",
@@ -88,6 +89,13 @@ class Strategy:
     tick after its gradients are ready; None: as soon as a bucket is full."""
     iteration_overhead_s: float = 0.0
     """A fixed cost per iteration outside the layers (framework bookkeeping, a step's launch)."""
+    multi_gpu_overhead_s: float = 0.0
+    """A fixed cost per iteration paid by every job of more than one GPU: what runs on one node
+    measured beyond the model (``scalebench calibrate --from-runs``); one GPU, and so the
+    efficiency's baseline, never pays it."""
+    inter_node_overhead_s: float = 0.0
+    """A fixed cost per iteration paid, beyond ``multi_gpu_overhead_s``, where the job spans nodes:
+    what runs on two or more nodes measured beyond the model (``scalebench calibrate --from-runs``)."""
     comm_slows_compute: bool = False
     """Compute slows while collectives run on the same GPU: NCCL's kernels hold one SM per
     channel (sim/costs/contention.py)."""
@@ -258,6 +266,10 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         cycle_time_s=None if cycle_ms is None else float(require_positive(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True)) / 1e3,
         iteration_overhead_s=float(require_positive(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
                                      allow_zero=True)) / 1e3,
+        multi_gpu_overhead_s=float(require_positive(f"{where}.multi_gpu_overhead_ms",
+                                                    spec.get("multi_gpu_overhead_ms", 0.0), allow_zero=True)) / 1e3,
+        inter_node_overhead_s=float(require_positive(f"{where}.inter_node_overhead_ms",
+                                                     spec.get("inter_node_overhead_ms", 0.0), allow_zero=True)) / 1e3,
         comm_slows_compute=slows,
         double_buffering=double,
         negotiation=negotiation,

@@ -1,16 +1,13 @@
 """The real-cluster development set (validation/devset.py), 'scalebench collective' and
-'scalebench calibrate --from-nccl-tests': targets, floors, tables and one-line errors."""
+targets, floors, tables and one-line errors (calibrate --from-nccl-tests: tests/test_nccl_tests_calibrate.py)."""
 
 from __future__ import annotations
 
 import csv
-import json
 
 import pytest
 
 from scalebench.cli import main
-from sim.errors import ConfigError
-from sim.nccl_tests import link_entries, read_nccl_tests
 from validation.devset import DEVSET_DIR, KNOWN_GAPS, failing_groups, run_devset
 
 TC_TARGETS = {"tc allreduce nccl": 5.0, "tc allreduce gloo": 10.0, "tc p2p nccl": 2.0, "tc p2p gloo": 5.0}
@@ -210,74 +207,6 @@ def test_collective_bad_input_is_one_line(argv, field, capsys):
     assert main(["collective", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and field in err[0] and "Traceback" not in err[0]
-
-
-NCCL_TESTS = """# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20
-#
-# Using devices
-#  Rank  0 Group  0 Pid  1 on hostA device  0 [0x07] NVIDIA A100-SXM4-80GB
-#  Rank  1 Group  0 Pid  2 on hostA device  1 [0x0b] NVIDIA A100-SXM4-80GB
-#  Rank  2 Group  0 Pid  3 on hostB device  0 [0x07] NVIDIA A100-SXM4-80GB
-#  Rank  3 Group  0 Pid  4 on hostB device  1 [0x0b] NVIDIA A100-SXM4-80GB
-#
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-"""
-
-
-def _alpha_beta_rows(alpha_us: float, bus_GBps: float, n: int = 4) -> str:
-    lines = []
-    for k in range(3, 31, 2):
-        size = 2**k
-        t = alpha_us + 2 * (n - 1) / n * size / (bus_GBps * 1e3)
-        lines.append(f"{size:>12} {size // 4:>13} {'float':>9} {'sum':>7} {-1:>7} {t:>8.2f} {size / t / 1e3:>7.2f} "
-                     f"{2 * (n - 1) / n * size / t / 1e3:>7.2f} {0:>6} {t:>8.2f} {0:>7.2f} {0:>7.2f} {0:>6}")
-    return "\n".join(lines) + "\n# Out of bounds values : 0 OK\n"
-
-
-def test_nccl_tests_text_is_parsed_and_fitted_back_to_its_alpha_and_bandwidth(tmp_path):
-    path = tmp_path / "all_reduce_perf.log"
-    path.write_text(NCCL_TESTS + _alpha_beta_rows(30.0, 20.0))
-    rows = read_nccl_tests(path)
-    assert {(r.op, r.ranks, r.hosts) for r in rows} == {("allreduce", 4, 2)}
-    links = link_entries(rows, "c", "nvlink3")
-    inter = links["c_inter"]
-    assert inter["kind"] == "measured" and inter["bandwidth_GBps"] == pytest.approx(20.0, rel=0.01)
-    assert inter["software_latency_us"] == pytest.approx(30.0 / 6, rel=0.05)  # alpha over 2(n-1) steps
-    assert links["c_intra"]["base"] == "nvlink3"
-
-
-def test_calibrate_from_nccl_tests_writes_a_catalog_the_simulator_loads(tmp_path, capsys):
-    path = tmp_path / "all_reduce_perf.txt"
-    path.write_text(NCCL_TESTS + _alpha_beta_rows(30.0, 20.0))
-    out = tmp_path / "cal"
-    assert main(["calibrate", "--from-nccl-tests", str(path), "--out", str(out), "--intra-link", "nvlink3"]) == 0
-    assert (out / "catalog.yaml").exists() and (out / "nccl_tests.csv").exists()
-    assert "reproduce" in capsys.readouterr().out
-    assert main(["collective", "--catalog", str(out / "catalog.yaml"), "--nodes", "2", "--gpus-per-node", "2",
-                 "--intra-link", "nccl_tests_intra", "--inter-link", "nccl_tests_inter", "-b", "1G", "-e", "1G",
-                 "--format", "json"]) == 0
-    row = json.loads(capsys.readouterr().out)[0]
-    assert row["busbw_GBps"] == pytest.approx(20.0, rel=0.02)
-
-
-@pytest.mark.parametrize("name, text, where", [
-    ("all_reduce_perf.txt", "       8  2  float\n", ":1"),
-    ("all_reduce_perf.txt", NCCL_TESTS + "     1024   256   float  sum  -1  abc 0.1 0.1 0\n", ":12"),
-    ("mystery.txt", NCCL_TESTS + "     1024   256   float  sum  -1  5.0 0.1 0.1 0\n", ":12"),
-    ("all_reduce.csv", "size,count\n8,2\n", ":2"),
-    ("all_reduce.json", "{not json", ":1"),
-])
-def test_unreadable_nccl_tests_output_names_file_and_line(tmp_path, name, text, where, capsys):
-    path = tmp_path / name
-    path.write_text(text)
-    with pytest.raises(ConfigError, match=str(path.name) + where.replace(":", ":")):
-        read_nccl_tests(path)
-    out = tmp_path / "cal"
-    assert main(["calibrate", "--from-nccl-tests", str(path), "--out", str(out)]) == 2
-    assert not out.exists()  # nothing half-written
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
 def test_the_shipped_devset_is_present_and_package_data():

@@ -21,6 +21,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="do not draw the plots afterwards")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the points, run nothing")
+    parser.add_argument("--catalog", metavar="FILE",
+                        help="a catalog or calibration file (scalebench calibrate --out DIR writes DIR/catalog.yaml): its "
+                             "entries join the experiment's catalog: section (the experiment's own win) in every point")
+
+
+def with_catalog_file(experiment, path: str):
+    """The experiment with a catalog file's gpus, links and calibration under its ``catalog:``
+    section, the experiment's own entries winning: every point's spec (and so its id) carries them."""
+    from dataclasses import replace
+
+    from experiments.config import expand
+    from sim.catalog import load_catalog_file
+    from sim.errors import ConfigError
+    from sim.yamlio import read_yaml
+
+    load_catalog_file(path)  # a bad file: one line naming its field, before anything runs
+    data = read_yaml(path, what="catalog") or {}
+    own = experiment.base.get("catalog") or {}
+    if not isinstance(own, dict):
+        raise ConfigError("catalog", own, "a mapping with keys gpus, links, calibration")
+    merged = {key: {**(data.get(key) or {}), **(own.get(key) or {})} for key in ("gpus", "links") if data.get(key) or own.get(key)}
+    if data.get("calibration") or own.get("calibration"):
+        merged["calibration"] = own.get("calibration") or data["calibration"]
+    updated = replace(experiment, base={**experiment.base, "catalog": merged})
+    expand(updated)  # the merged catalog checked with the points
+    return updated
 
 
 MAX_JOBS = 1024
@@ -45,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None:
         require_positive("--jobs", args.jobs, integer=True, maximum=MAX_JOBS, why="worker processes")
     experiment = load_experiment(args.config or default_config_path())
+    if args.catalog:
+        experiment = with_catalog_file(experiment, args.catalog)
     out_dir = Path(args.results) / experiment.name
     check_writable("--results", out_dir, directory=True)
     if args.dry_run:

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     result = simulate(scenario)
     row = {**scenario_columns(scenario), **result.metrics(), "source": "sim"}
     if args.format == "table":
-        write_out(breakdown_table(row) + links_table(result, scenario))
+        write_out(breakdown_table({**row, "overhead_time_s": overhead_s(scenario)}) + links_table(result, scenario))
     else:
         write_out(format_rows([row], args.format))
     if args.trace:
@@ -81,6 +81,14 @@ def run(args: argparse.Namespace) -> int:
     if args.links or args.link_plot:
         _write_links(args, result, scenario)
     return 0
+
+
+def overhead_s(scenario) -> float:
+    """The fixed per-iteration costs the scenario pays (strategy.iteration_overhead_s, and a
+    calibration's multi-GPU and inter-node overheads where they apply): in the iteration, in no phase."""
+    s, c = scenario.strategy, scenario.cluster
+    return (s.iteration_overhead_s + (s.multi_gpu_overhead_s if c.world_size > 1 else 0.0)
+            + (s.inter_node_overhead_s if c.nodes > 1 else 0.0))
 
 
 def links_table(result, scenario, count: int = 5) -> str:
@@ -178,6 +186,8 @@ def breakdown_table(row: dict) -> str:
         f"  {'  backward':<26}{human_seconds(row['backward_time_s']):>12}  {pct(row['backward_time_s'])}",
         f"  {'  optimizer step':<26}{human_seconds(row['optimizer_time_s']):>12}  {pct(row['optimizer_time_s'])}",
         f"  {'  exposed communication':<26}{human_seconds(row['exposed_comm_time_s']):>12}  {pct(row['exposed_comm_time_s'])}",
+        *([f"  {'  per-iteration overhead':<26}{human_seconds(row['overhead_time_s']):>12}  {pct(row['overhead_time_s'])}"]
+          if row.get("overhead_time_s") else []),
         f"  {'communication (busy)':<26}{human_seconds(row['comm_time_s']):>12}  in {row['buckets']} buckets",
         f"  {'bytes on intra-node links':<26}{human_bytes(row['bytes_intra']):>12}  (cluster total)",
         f"  {'bytes on inter-node links':<26}{human_bytes(row['bytes_inter']):>12}  (cluster total)",

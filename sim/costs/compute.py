@@ -45,12 +45,14 @@ def _one_layer(
     fwd_bytes = dtype_bytes * (layer.param_count + batch * (input_elems + layer.activation_elems))
     fwd = gpu.launch_overhead_s + roofline_time_s(layer.fwd_flops * batch, fwd_bytes, gpu, dtype)
     bwd = gpu.launch_overhead_s + roofline_time_s(layer.bwd_flops * batch, 2 * fwd_bytes, gpu, dtype)
-    return fwd * slowdown, bwd * slowdown
+    scale = slowdown * gpu.compute_scale  # a calibrated GPU's measured time over the roofline's
+    return fwd * scale, bwd * scale
 
 
 def optimizer_step_time_s(param_count: int, dtype_bytes: int, optimizer: str, gpu: GPU) -> float:
-    """Memory-bound update: t = traffic(optimizer) x params x bytes / memory bandwidth."""
-    return OPTIMIZER_TRAFFIC[optimizer] * param_count * dtype_bytes / gpu.memory_bandwidth_Bps
+    """Memory-bound update: t = traffic(optimizer) x params x bytes / memory bandwidth (x a calibrated
+    GPU's compute_scale)."""
+    return OPTIMIZER_TRAFFIC[optimizer] * param_count * dtype_bytes / gpu.memory_bandwidth_Bps * gpu.compute_scale
 
 
 def workload_optimizer_time_s(workload: Workload, param_count: float, dtype_bytes: int, gpu: GPU) -> float:

@@ -78,7 +78,10 @@ def tcp_window_bytes(link: Link) -> float:
 
 
 def tcp_stream_copy_Bps(link: Link) -> float:
-    return link.tcp_stream_Bps if link.tcp_stream_Bps is not None else LINUX_TCP.stream_copy_Bps
+    """One core's copy rate for a stream, x the link's measured bandwidth factor (the factor scales
+    what the link delivers, whichever bound binds)."""
+    rate = link.tcp_stream_Bps if link.tcp_stream_Bps is not None else LINUX_TCP.stream_copy_Bps
+    return rate * link.bandwidth_factor
 
 
 def tcp_stream_Bps(link: Link) -> float:

@@ -245,7 +245,9 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         bucket_encode_s=tuple(encode_s) if any(encode_s) else (),
         bucket_release_s=tuple(release),
         comm_slowdown=comm_compute_slowdown(scenario) if cluster.world_size > 1 else 0.0,
-        iteration_overhead_s=strategy.iteration_overhead_s,
+        iteration_overhead_s=strategy.iteration_overhead_s
+        + (strategy.multi_gpu_overhead_s if cluster.world_size > 1 else 0.0)
+        + (strategy.inter_node_overhead_s if cluster.nodes > 1 else 0.0),
         double_buffering=strategy.double_buffering,
         coordination_s=coordination,
     )

@@ -197,7 +197,10 @@ class Evaluator:
             comm.append(t - e)
             codec.append(c)
             encode.append(e)
-        key = ("fast", layout.batch, sync.bucket_bytes, tuple(comm), tuple(encode))
+        # a calibration's overheads, where the layout has several GPUs / spans nodes (as sim.engine.plan)
+        overhead = ((request.strategy.multi_gpu_overhead_s if layout.gpus > 1 else 0.0)
+                    + (request.strategy.inter_node_overhead_s if cluster.nodes > 1 else 0.0))
+        key = ("fast", layout.batch, sync.bucket_bytes, tuple(comm), tuple(encode), overhead)
 
         def make():
             self.simulations += 1
@@ -212,7 +215,7 @@ class Evaluator:
                 optimizer_s=workload_optimizer_time_s(self.workload(layout.batch), self.request.workload.param_count,
                                                       self.dtype_bytes, self.gpu),
                 overlap=request.strategy.overlap, bucket_codec_s=tuple(codec),
-                bucket_encode_s=tuple(encode) if any(encode) else ())
+                bucket_encode_s=tuple(encode) if any(encode) else (), iteration_overhead_s=overhead)
             r = run_fast(plan, layout.gpus, layout.batch)
             return (r.iteration_time_s, r.compute_time_s, r.exposed_comm_time_s, r.comm_time_s, r.codec_time_s)
 

@@ -156,6 +156,10 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         raise ConfigError("plan", options, "a mapping with keys " + ", ".join(PLAN_KEYS))
     reject_unknown_keys("plan", options, PLAN_KEYS)
     strategy = _fixed_strategy(spec.get("strategy"), cluster)
+    if catalog.terms is not None:  # a calibration file's terms, as scenario_from_dict sets them
+        from sim.calibrated import apply_terms_to_strategy
+
+        strategy = apply_terms_to_strategy(strategy, catalog.terms)
     g = cluster.gpus_per_node
 
     def opt(key: str, default: Any = None) -> Any:

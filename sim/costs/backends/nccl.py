@@ -470,13 +470,42 @@ def _hardware_busbw_GBps(op: str, algo: str, proto: str, group: Cluster, graph: 
     model_bw = graph.channels * graph.bw
     # the search's nominal bandwidth never exceeds what NCCL measured its hardware to carry; the
     # refinements (protocol ceilings) apply to the smaller of the two
-    return _refine_busbw(min(hw, model_bw) if group.nodes == 1 else hw, algo, proto, op, group, graph, t)
+    refined = _refine_busbw(min(hw, model_bw) if group.nodes == 1 else hw, algo, proto, op, group, graph, t)
+    return refined * fitted_factors(group, proto)[0]
+
+
+def fitted_factors(group: Cluster, proto: str) -> tuple[float, float]:
+    """(bandwidth, latency) factors measured for ``proto`` on the link that bounds a collective of
+    ``group`` (the network across nodes, else the intra-node link): ``Link.nccl_protocols``, fitted
+    by ``scalebench calibrate --from-nccl-tests`` (sim/nccl_tests_fit.py); (1, 1) on catalog links.
+    NCCL's tuner never sees them: it picks by its own model, as the real library does."""
+    return ring_hop_link(group).protocol_factors(proto)
+
+
+def time_parts(op: str, n_bytes: float, group: Cluster, options: CommOptions | None = None) -> tuple[str, float, float]:
+    """(protocol, latency s, transfer s) of NCCL's ``op`` over ``group``, their sum its time: the
+    two terms a measured latency and bandwidth factor scale (sim/nccl_tests_fit.py)."""
+    options = options or CommOptions()
+    if op == "sendrecv":
+        return _sendrecv_parts(n_bytes, group, options)
+    if op == "alltoall":
+        cost = _alltoall(n_bytes, group, options)
+        latency = _alltoall(1e-30, group, options).time_s
+        return cost.protocol, latency, cost.time_s - latency
+    _, proto, lat_s, transfer_s, _ = _collective_parts(op, n_bytes, group, options)
+    return proto, lat_s, transfer_s
 
 
 def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
-    n = group.world_size
-    if n == 1 or n_bytes <= 0:
+    if group.world_size == 1 or n_bytes <= 0:
         return zero_cost()
+    algo, proto, lat_s, transfer_s, by_link = _collective_parts(op, n_bytes, group, options)
+    return CommCost(lat_s + transfer_s, algo, proto, by_link)
+
+
+def _collective_parts(op: str, n_bytes: float, group: Cluster,
+                      options: CommOptions) -> tuple[str, str, float, float, dict[str, float]]:
+    n = group.world_size
     t = tables(options)
     algo, proto = choose(op, n_bytes, group, options)
     graph = _graph_for(algo, group, t)
@@ -487,6 +516,7 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     hop = ring_hop_link(group)
     inter_hops = (2 * group.nodes if op == "allreduce" else group.nodes - 1) if group.nodes > 1 else 0
     lat_s += inter_hops * group.inter_link.software_latency_s  # the transport's own per-message cost
+    lat_s *= fitted_factors(group, proto)[1]
     if algo == "ring":
         volume = ring_volume_bytes(op, n_bytes, n)
         steps = ring_steps(op, n)
@@ -516,7 +546,7 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     if group.nodes > 1 and not end_to_end(group):
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
                             inter_streams, options.idle_s, inter_threads)
-    return CommCost(lat_s + wire + cold, algo, proto, by_link)
+    return algo, proto, lat_s, wire + cold, by_link
 
 
 def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster, options: CommOptions | None = None) -> float:
@@ -576,6 +606,13 @@ def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
     ring latency of its model."""
     if group.world_size == 1 or n_bytes <= 0:
         return zero_cost("p2p")
+    across = group.nodes > 1
+    _, lat_s, transfer_s = _sendrecv_parts(n_bytes, group, options)
+    return CommCost(lat_s + transfer_s, "p2p", "Simple",
+                    {"intra": 0.0 if across else n_bytes, "inter": n_bytes if across else 0.0})
+
+
+def _sendrecv_parts(n_bytes: float, group: Cluster, options: CommOptions) -> tuple[str, float, float]:
     t = tables(options)
     _require_p2p(t, "sendrecv")
     across = group.nodes > 1
@@ -584,12 +621,14 @@ def _sendrecv(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
         rate, streams, threads = p2p_rate_Bps(group, options)
     else:
         rate, streams, threads = connection_Bps(link, 1), 1, None
+    bw_factor, lat_factor = link.protocol_factors("Simple")
+    rate *= bw_factor
     hw = "net" if across else ("nvlink" if link.kind == "nvlink" else "pci")
-    lat_s = (t.base_lat_us["ring"]["Simple"] + t.hw_lat_us[hw]["ring"]["Simple"]) * 1e-6 + link.software_latency_s
+    lat_s = ((t.base_lat_us["ring"]["Simple"] + t.hw_lat_us[hw]["ring"]["Simple"]) * 1e-6
+             + link.software_latency_s) * lat_factor
     wire = pipelined_s(n_bytes, rate, 1, link.latency_s, min(t.chunk_bytes["Simple"], n_bytes))
     cold = cold_start_s(link, n_bytes, streams, options.idle_s, threads) if across else 0.0
-    return CommCost(lat_s + wire + cold, "p2p", "Simple",
-                    {"intra": 0.0 if across else n_bytes, "inter": n_bytes if across else 0.0})
+    return "Simple", lat_s, wire + cold
 
 
 def _alltoall(n_bytes: float, group: Cluster, options: CommOptions) -> CommCost:
