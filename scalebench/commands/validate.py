@@ -17,20 +17,22 @@ FULL_CONFIG = CONFIG_DIR / "validation.yaml"
 QUICK_CONFIG = CONFIG_DIR / "validation_quick.yaml"
 
 
-SUITES = ("harness", "devset", "simgrid")
+SUITES = ("harness", "devset", "simgrid", "extrapolate")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", choices=SUITES, default="harness",
                         help="harness: measure and predict on this machine (default); simgrid: the flow network "
                              "against SimGrid on the same fat trees; devset: predict the public "
-                             "real-cluster measurements in validation/devset/ (seconds, no torch)")
+                             "real-cluster measurements in validation/devset/ (seconds, no torch); extrapolate: "
+                             "calibrate on each devset series' runs up to two nodes, predict the rest, beside Ernest "
+                             "and the zero-shot model (exit 1 where Ernest does better)")
     parser.add_argument("--all", action="store_true",
                         help="with --suite simgrid: the all-at-once all-to-all on the 256-host fabrics too (minutes)")
-    parser.add_argument("--data", help="with --suite devset: a directory of the development set's CSV files "
+    parser.add_argument("--data", help="with --suite devset or extrapolate: a directory of the development set's CSV files "
                                        "(default: the copy shipped in validation/devset/)")
     parser.add_argument("--strict", action="store_true",
-                        help="with --suite devset: also fail on the groups listed as known gaps")
+                        help="with --suite devset or extrapolate: also fail on the groups listed as known gaps")
     parser.add_argument("--tolerate", action="append", metavar="GROUP",
                         help="with --suite devset: tolerate this known gap by name (repeatable; CI names each one); "
                              "with any --tolerate, a group worse than its floor and not named fails the run "
@@ -54,13 +56,15 @@ def run(args: argparse.Namespace) -> int:
 
     harness_only = {"--quick": args.quick, "--config": args.config, "--out": args.out,
                     "--recalibrate": args.recalibrate, "--remeasure": args.remeasure, "--replay": args.replay}
-    if args.suite == "devset":
+    if args.suite in ("devset", "extrapolate"):
         if args.all:
             raise ConfigError("--all", True, "--suite simgrid")
         for flag, value in harness_only.items():
-            if value:  # the devset suite measures nothing and writes nothing: the flag would be ignored
-                raise ConfigError(flag, value, "--suite harness (the devset suite compares published measurements "
-                                  "and writes no files)")
+            if value:  # the devset suites measure nothing and write nothing: the flag would be ignored
+                raise ConfigError(flag, value, f"--suite harness (the {args.suite} suite compares published "
+                                  "measurements and writes no files)")
+        if args.suite == "extrapolate":
+            return _extrapolate(args)
         return _devset(args)
     if args.suite == "simgrid":
         for flag, value in {**harness_only, "--data": args.data, "--strict": args.strict,
@@ -134,3 +138,16 @@ def _devset(args: argparse.Namespace) -> int:
                      "groups in percentage points, signed median > 0: the model is optimistic:\n\n")
     sys.stdout.write(devset_report(summaries, args.strict, tolerate))
     return 1 if failing_groups(summaries, args.strict, tolerate) else 0
+
+
+def _extrapolate(args: argparse.Namespace) -> int:
+    import sys
+
+    from validation.extrapolate import extrapolate_report, failing_series, run_extrapolate
+
+    results, notes = run_extrapolate(Path(args.data) if args.data else None,
+                                     progress=lambda name: print(f"validate: {name}", file=sys.stderr, flush=True))
+    sys.stdout.write("Calibrated on each series' runs up to two nodes, the rest predicted: our model, Ernest (NNLS on\n"
+                     "the same runs, m = GPUs) and the zero-shot model (validation/extrapolate.py):\n\n")
+    sys.stdout.write(extrapolate_report(results, notes, args.strict))
+    return 1 if failing_series(results, args.strict) else 0
