@@ -19,6 +19,18 @@ Families: ``bert`` (post-norm encoder, learned positions, segment embedding, MLM
 al. 2019), ``gpt2`` (pre-norm decoder, learned positions, tied head without bias: Radford et al.
 2019), ``llama`` (pre-norm decoder, RMSNorm, rotary positions, SwiGLU MLP, no biases, grouped-query
 attention, untied head: Touvron et al. 2023, arXiv:2302.13971 and arXiv:2307.09288).
+
+Mixture of experts (``experts`` > 0, llama family: Mixtral, DeepSeekMoE): every block from
+``dense_layers`` on replaces its SwiGLU MLP by a router (Linear h -> E, no bias, the
+``<block>.moe.router`` row, kind Router), E routed SwiGLU experts of width ``moe_ffn_hidden`` of
+which each token uses ``experts_per_token`` (top-k) (the ``<block>.moe.experts`` row, kind Experts:
+3 E h f_e parameters, forward 6 k t h f_e per sample: balanced routing at a capacity factor of 1)
+and optionally ``shared_experts`` always-active experts run as one SwiGLU MLP of width
+shared_experts x moe_ffn_hidden (``<block>.moe.shared.gate/up/down``; DeepSeekMoE, Dai et al. 2024,
+arXiv:2401.06066 section 3.2; Hugging Face's DeepseekMoE builds them so). Megatron-LM's names:
+--num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
+--moe-layer-freq; Hugging Face's: num_local_experts / n_routed_experts, num_experts_per_tok,
+moe_intermediate_size, n_shared_experts, first_k_dense_replace.
 """
 
 from __future__ import annotations
@@ -30,7 +42,10 @@ from sim.errors import ConfigError, reject_unknown_keys, require_choice, require
 
 FAMILIES = ("bert", "gpt2", "llama")
 ARCHITECTURE_KEYS = ("family", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
-                     "max_positions", "tied_embeddings")
+                     "max_positions", "tied_embeddings", "experts", "experts_per_token", "moe_ffn_hidden",
+                     "shared_experts", "dense_layers")
+MOE_KEYS = ("experts_per_token", "moe_ffn_hidden", "shared_experts", "dense_layers")
+"""Keys that only mean something with ``experts`` > 0."""
 REQUIRED_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
 
 
@@ -59,13 +74,41 @@ class Architecture:
     max_positions: int
     """Rows of a learned position table (bert, gpt2); 0 for rotary positions (llama)."""
     tied_embeddings: bool
+    experts: int = 0
+    """Routed experts per MoE block; 0: a dense model."""
+    experts_per_token: int = 0
+    """Routed experts each token goes to (top-k)."""
+    moe_ffn_hidden: int = 0
+    """SwiGLU width of one expert."""
+    shared_experts: int = 0
+    """Always-active experts per MoE block (DeepSeekMoE), run as one MLP of their summed width."""
+    dense_layers: int = 0
+    """The first blocks keep a dense MLP (DeepSeekMoE's first_k_dense_replace)."""
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
+    @property
+    def kv_hidden(self) -> int:
+        """Width of K (and of V): kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    def is_moe_block(self, index: int) -> bool:
+        return self.experts > 0 and index >= self.dense_layers
+
+    @property
+    def moe_blocks(self) -> int:
+        return self.layers - self.dense_layers if self.experts > 0 else 0
+
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The keys of ``architecture_from_dict`` (a dense model's without the MoE keys, all 0)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if self.experts or f.name not in ("experts", *MOE_KEYS)}
 
 
 def architecture_from_dict(spec: Any, where: str = "workload.architecture", base: Architecture | None = None) -> Architecture:
@@ -104,9 +147,37 @@ def architecture_from_dict(spec: Any, where: str = "workload.architecture", base
     tied = given.get("tied_embeddings", family != "llama")
     if not isinstance(tied, bool):
         raise ConfigError(f"{where}.tied_embeddings", tied, "true or false")
+    moe = _moe_fields(given, spec, where, family, ints["layers"], ffn)
     return Architecture(family=family, layers=ints["layers"], hidden=hidden, heads=heads, seq_len=seq,
                         vocab=ints["vocab"], kv_heads=kv_heads, ffn_hidden=ffn, max_positions=positions,
-                        tied_embeddings=tied)
+                        tied_embeddings=tied, **moe)
+
+
+def _moe_fields(given: dict[str, Any], spec: dict[str, Any], where: str, family: str, layers: int,
+                ffn: int) -> dict[str, int]:
+    """experts, experts_per_token, moe_ffn_hidden, shared_experts, dense_layers, checked together
+    (``spec``: what the user wrote, over ``given``'s preset)."""
+    experts = require_positive(f"{where}.experts", given.get("experts", 0), integer=True, allow_zero=True)
+    if not experts:
+        stray = [k for k in MOE_KEYS if spec.get(k)]
+        if stray:
+            raise ConfigError(f"{where}.{stray[0]}", given[stray[0]], "absent or 0 without experts (a dense model)")
+        return {}
+    if family != "llama":
+        raise ConfigError(f"{where}.experts", experts, "0 for the bert and gpt2 families (mixture-of-experts blocks are "
+                          "llama-style SwiGLU experts: Mixtral, DeepSeekMoE)")
+    top_k = require_positive(f"{where}.experts_per_token", given.get("experts_per_token", 0), integer=True,
+                             maximum=experts, why=f"at most experts={experts}")
+    return {
+        "experts": experts,
+        "experts_per_token": top_k,
+        "moe_ffn_hidden": require_positive(f"{where}.moe_ffn_hidden", given.get("moe_ffn_hidden", ffn), integer=True),
+        "shared_experts": require_positive(f"{where}.shared_experts", given.get("shared_experts", 0), integer=True,
+                                           allow_zero=True),
+        "dense_layers": require_positive(f"{where}.dense_layers", given.get("dense_layers", 0), integer=True,
+                                         allow_zero=True, maximum=layers - 1,
+                                         why=f"fewer than layers={layers} (at least one block is a mixture of experts)"),
+    }
 
 
 def with_seq_len(arch: Architecture, seq_len: Any, where: str = "workload") -> Architecture:
@@ -132,6 +203,20 @@ def _norm(name: str, kind: str, t: int, d: int) -> Row:
 def _core(name: str, t: int, d: int) -> Row:
     fwd = 4 * t * t * d
     return (name, "core", 0, fwd, 2 * fwd, t * d)
+
+
+def _moe_rows(p: str, arch: Architecture) -> list[Row]:
+    """A mixture-of-experts MLP (module docstring): router, routed experts, shared experts."""
+    t, d, e, k, f = arch.seq_len, arch.hidden, arch.experts, arch.experts_per_token, arch.moe_ffn_hidden
+    router = 2 * t * d * e
+    experts = 6 * k * t * d * f
+    rows: list[Row] = [(f"{p}.router", "Router", d * e, router, 2 * router, t * e),
+                       (f"{p}.experts", "Experts", 3 * e * d * f, experts, 2 * experts, t * d)]
+    if arch.shared_experts:
+        width = arch.shared_experts * f
+        rows += [_linear(f"{p}.shared.gate", t, d, width, False), _linear(f"{p}.shared.up", t, d, width, False),
+                 _linear(f"{p}.shared.down", t, width, d, False)]
+    return rows
 
 
 def transformer_rows(arch: Architecture) -> list[Row]:
@@ -167,8 +252,12 @@ def transformer_rows(arch: Architecture) -> list[Row]:
         rows += [_norm(f"{p}.attn_norm", "RMSNorm", t, d), _linear(f"{p}.attn.q", t, d, d, False),
                  _linear(f"{p}.attn.k", t, d, d_kv, False), _linear(f"{p}.attn.v", t, d, d_kv, False),
                  _core(f"{p}.attn.core", t, d), _linear(f"{p}.attn.o", t, d, d, False),
-                 _norm(f"{p}.ffn_norm", "RMSNorm", t, d), _linear(f"{p}.gate", t, d, f, False),
-                 _linear(f"{p}.up", t, d, f, False), _linear(f"{p}.down", t, f, d, False)]
+                 _norm(f"{p}.ffn_norm", "RMSNorm", t, d)]
+        if arch.is_moe_block(i):
+            rows += _moe_rows(f"{p}.moe", arch)
+        else:
+            rows += [_linear(f"{p}.gate", t, d, f, False), _linear(f"{p}.up", t, d, f, False),
+                     _linear(f"{p}.down", t, f, d, False)]
     head = _linear("head.out", t, d, v, False)
     if arch.tied_embeddings:
         head = (head[0], head[1], 0, *head[3:])
@@ -179,8 +268,21 @@ def parameter_count(arch: Architecture) -> int:
     return sum(row[2] for row in transformer_rows(arch))
 
 
+def active_parameter_count(arch: Architecture) -> float:
+    """Parameters one token uses: the routed experts' share k / E of theirs (Mixtral's 13 B of 47 B)."""
+    total = 0.0
+    for row in transformer_rows(arch):
+        total += row[2] * (arch.experts_per_token / arch.experts if row[1] == "Experts" else 1)
+    return total
+
+
 def describe(arch: Architecture) -> str:
     gqa = f", {arch.kv_heads} kv heads" if arch.kv_heads != arch.heads else ""
-    return (f"{arch.family} {arch.layers} layers, hidden {arch.hidden}, {arch.heads} heads{gqa}, ffn {arch.ffn_hidden}, "
-            f"seq {arch.seq_len}, vocab {arch.vocab}")
+    moe = ""
+    if arch.moe:
+        shared = f" + {arch.shared_experts} shared" if arch.shared_experts else ""
+        dense = f", first {arch.dense_layers} dense" if arch.dense_layers else ""
+        moe = f", {arch.experts} experts{shared} (top {arch.experts_per_token}, ffn {arch.moe_ffn_hidden}{dense})"
+    return (f"{arch.family} {arch.layers} layers, hidden {arch.hidden}, {arch.heads} heads{gqa}, ffn {arch.ffn_hidden}"
+            f"{moe}, seq {arch.seq_len}, vocab {arch.vocab}")
 

@@ -63,6 +63,11 @@ class Workload:
     description: str = ""
     source: str = ""
     published: dict[str, Any] | None = None
+    architecture: Architecture | None = None
+    """A transformer's dimensions when its table is the closed form of sim.transformer (the zoo's
+    transformers, ``seq_len``/``architecture`` overrides, the decoder); the memory model then
+    counts its activations tensor by tensor (sim.costs.activations). None: a table (CNNs, a
+    layers file, an inline table), whose activations are each layer's output."""
 
     @property
     def param_count(self) -> int:
@@ -183,6 +188,7 @@ def _load_zoo_entry(name: str) -> Workload:
         description=meta.get("description", ""),
         source=meta.get("source", ""),
         published=meta.get("published"),
+        architecture=arch,
     )
 
 
@@ -202,7 +208,7 @@ WORKLOAD_FIELDS: dict[str, str] = {
     "layers": "an inline layer table: a list of {layer, kind, param_count, fwd_flops, bwd_flops, activation_elems"
               "[, fwd_time_s, bwd_time_s]}",
     "layers_file": "a CSV written by `scalebench layers` (relative to the config file)",
-    "seq_len": "tokens per sample of a transformer model (bert_*, gpt2_*, llama2_*, decoder)",
+    "seq_len": "tokens per sample of a transformer model (bert_*, gpt2_*, gpt3_*, llama*, mixtral_*, deepseek_*, decoder)",
     "architecture": "a transformer's dimensions (sim.transformer.ARCHITECTURE_KEYS), over the preset's",
 }
 """Each workload key and what it takes (the CLI's help and ``scalebench schema`` read this)."""
@@ -282,7 +288,7 @@ def _model_workload(spec: dict[str, Any], where: str) -> Workload:
             arch = architecture_from_dict(spec["architecture"], f"{where}.architecture", base=preset)
     if "seq_len" in spec:
         arch = with_seq_len(arch, spec["seq_len"], where)
-    return replace(base, layers=transformer_layers(arch))
+    return replace(base, layers=transformer_layers(arch), architecture=arch)
 
 
 def _custom_layers(rows: Any, where: str) -> tuple[Layer, ...]:

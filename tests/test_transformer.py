@@ -22,6 +22,11 @@ SMALL = {  # one of each family, small enough to derive on CPU tensors in a seco
     "llama_tied": dict(family="llama", layers=1, hidden=32, heads=4, seq_len=8, vocab=50, tied_embeddings=True,
                        ffn_hidden=80),
     "gpt2_untied": dict(family="gpt2", layers=1, hidden=32, heads=2, seq_len=8, vocab=40, tied_embeddings=False),
+    # mixture of experts (Mixtral-like: every block; DeepSeekMoE-like: shared experts, a dense first block)
+    "llama_moe": dict(family="llama", layers=2, hidden=64, heads=8, kv_heads=2, seq_len=16, vocab=89, experts=4,
+                      experts_per_token=2, moe_ffn_hidden=24),
+    "llama_moe_shared": dict(family="llama", layers=3, hidden=32, heads=4, seq_len=12, vocab=50, ffn_hidden=80,
+                             experts=6, experts_per_token=3, moe_ffn_hidden=16, shared_experts=2, dense_layers=1),
 }
 
 
@@ -99,11 +104,27 @@ def test_the_decoder_takes_any_dimensions_and_presets_take_overrides():
      "workload.architecture.vocab"),
     ({"model": "llama2_7b", "architecture": {"kv_heads": 3}}, "workload.architecture.kv_heads"),
     ({"model": "llama2_7b", "architecture": {"depth": 3}}, "workload.architecture.depth"),
+    ({"model": "gpt2_small", "architecture": {"experts": 8, "experts_per_token": 2}}, "workload.architecture.experts"),
+    ({"model": "llama2_7b", "architecture": {"experts": 8}}, "workload.architecture.experts_per_token"),
+    ({"model": "llama2_7b", "architecture": {"experts": 8, "experts_per_token": 9}},
+     "workload.architecture.experts_per_token"),
+    ({"model": "llama2_7b", "architecture": {"shared_experts": 2}}, "workload.architecture.shared_experts"),
+    ({"model": "mixtral_8x7b", "architecture": {"dense_layers": 32}}, "workload.architecture.dense_layers"),
 ])
 def test_bad_transformer_settings_name_the_field(spec, field):
     with pytest.raises(ConfigError) as err:
         workload_from_dict(spec)
     assert err.value.field == field
+
+
+def test_a_moe_preset_turns_dense_and_its_architecture_travels_with_the_workload():
+    """experts: 0 over Mixtral drops its MoE keys (they mean nothing without experts); the
+    workload keeps the dimensions it was built from (the memory model's input)."""
+    dense = workload_from_dict({"model": "mixtral_8x7b", "architecture": {"experts": 0}, "seq_len": 4096})
+    assert dense.architecture is not None and not dense.architecture.moe and dense.architecture.seq_len == 4096
+    assert not any(la.kind == "Experts" for la in dense.layers)
+    assert load_workload("resnet50").architecture is None
+    assert load_workload("llama3_8b").architecture.vocab == 128256
 
 
 def test_a_sweep_over_sequence_lengths_runs(tmp_path):

@@ -17,8 +17,10 @@ from sim.workload import LAYER_COLUMNS, OPTIMIZERS, load_workload, zoo_names
 
 CPU_SIZED = ("mlp", "small_cnn", "small_transformer")
 LARGE_CNNS = ("resnet50", "inception_v3", "vgg16", "resnet101", "resnet152", "alexnet", "googlenet")
+LLMS = ("llama3_8b", "llama3_70b", "llama3_405b", "gpt3_175b", "mixtral_8x7b", "deepseek_moe_16b")
+"""The large-model zoo (issue 28): published dimensions, parameter counts checked below."""
 CLOSED_FORM = ("bert_base", "bert_large", "gpt2_small", "gpt2_medium", "gpt2_large", "gpt2_xl",
-               "llama2_7b", "llama2_13b", "llama2_70b")
+               "llama2_7b", "llama2_13b", "llama2_70b", *LLMS)
 """Transformers: an architecture in the YAML, the table in closed form (sim.transformer)."""
 LARGE = (*LARGE_CNNS, *CLOSED_FORM)
 ZOO = (*CPU_SIZED, *LARGE)
@@ -31,6 +33,7 @@ TRANSFORMERS = {  # name -> (layers, seq, d_model, vocab, extra FLOPs per token)
     "gpt2_medium": (24, 1024, 1024, 50257, 0),
     "gpt2_large": (36, 1024, 1280, 50257, 0),
     "gpt2_xl": (48, 1024, 1600, 50257, 0),
+    "gpt3_175b": (96, 2048, 12288, 50257, 0),
 }
 
 # name -> (published parameters, relative tolerance, source)
@@ -55,6 +58,18 @@ PUBLISHED_PARAMS = {
     "llama2_7b": (6_738_415_616, 0.0, "meta-llama/Llama-2-7b-hf's checkpoint"),
     "llama2_13b": (13_015_864_320, 0.0, "meta-llama/Llama-2-13b-hf's checkpoint"),
     "llama2_70b": (68_976_648_192, 0.0, "meta-llama/Llama-2-70b-hf's checkpoint"),
+    "llama3_8b": (8_030_261_248, 0.0, "meta-llama/Meta-Llama-3-8B's checkpoint"),
+    "llama3_70b": (70_553_706_496, 0.0, "meta-llama/Meta-Llama-3-70B's checkpoint"),
+    "llama3_405b": (405_853_388_800, 0.0, "meta-llama/Llama-3.1-405B's checkpoint"),
+    # dense attention in place of GPT-3's alternating sparse layers: the same parameters
+    "gpt3_175b": (175.0e9, 0.005, "Brown et al. 2020 Table 2.1: 175.0B"),
+    "mixtral_8x7b": (46_702_792_704, 0.0, "mistralai/Mixtral-8x7B-v0.1's checkpoint (Jiang et al. 2024: 47B)"),
+    "deepseek_moe_16b": (16.4e9, 0.005, "Dai et al. 2024 section 5.1.1: 16.4B"),
+}
+# name -> (published parameters active per token, relative tolerance, source)
+PUBLISHED_ACTIVE_PARAMS = {
+    "mixtral_8x7b": (13e9, 0.01, "Jiang et al. 2024 section 1: 13B active parameters per token"),
+    "deepseek_moe_16b": (2.8e9, 0.015, "Dai et al. 2024 section 5.1.1: about 2.8B activated parameters"),
 }
 # name -> (published forward GMACs per sample, relative tolerance): torchvision's 'GFLOPS' column
 PUBLISHED_GMACS = {"resnet50": (4.1, 0.01), "inception_v3": (5.7, 0.01), "vgg16": (15.5, 0.01),
@@ -85,6 +100,33 @@ def test_parameter_counts_match_published(name):
     assert load_workload(name).param_count == pytest.approx(published, rel=tolerance, abs=0.5)
 
 
+@pytest.mark.parametrize("name", list(PUBLISHED_ACTIVE_PARAMS))
+def test_moe_active_parameters_match_published(name):
+    from sim.transformer import active_parameter_count
+
+    published, tolerance, _source = PUBLISHED_ACTIVE_PARAMS[name]
+    assert active_parameter_count(load_workload(name).architecture) == pytest.approx(published, rel=tolerance)
+
+
+# name -> (layers, MoE blocks, d, kv width, dense SwiGLU width, experts, top k, expert width, shared experts, seq, vocab)
+MOE = {"mixtral_8x7b": (32, 32, 4096, 1024, 14336, 8, 2, 14336, 0, 32768, 32000),
+       "deepseek_moe_16b": (28, 27, 2048, 2048, 10944, 64, 6, 1408, 2, 4096, 102400)}
+
+
+@pytest.mark.parametrize("name", list(MOE))
+def test_moe_forward_flops_are_top_k_experts_per_token(name):
+    """Per token, by hand: attention 2 x (2 d^2 + 2 d d_kv) + 4 T d per layer; a dense block's
+    SwiGLU 6 d f; a MoE block's router 2 d E, its k routed experts 6 k d f_e and its shared
+    experts 6 d (s f_e); the untied head 2 d V."""
+    layers, moe_blocks, d, d_kv, f, experts, k, f_e, shared, seq, vocab = MOE[name]
+    attention = layers * (2 * (2 * d * d + 2 * d * d_kv) + 4 * seq * d)
+    dense = (layers - moe_blocks) * 6 * d * f
+    moe = moe_blocks * (2 * d * experts + 6 * k * d * f_e + 6 * d * shared * f_e)
+    assert load_workload(name).fwd_flops_per_sample == seq * (attention + dense + moe + 2 * d * vocab)
+    experts_rows = [la for la in load_workload(name).layers if la.kind == "Experts"]
+    assert len(experts_rows) == moe_blocks and all(r.param_count == 3 * experts * d * f_e for r in experts_rows)
+
+
 @pytest.mark.parametrize("name", list(PUBLISHED_GMACS))
 def test_cnn_forward_flops_are_twice_the_published_macs(name):
     gmacs, tolerance = PUBLISHED_GMACS[name]
@@ -107,14 +149,18 @@ def test_transformer_forward_flops_match_kaplan_closed_form(name):
 # name -> (layers, d, heads, kv heads, SwiGLU width): Touvron et al. 2023; Meta's llama/model.py widths
 LLAMA2 = {"llama2_7b": (32, 4096, 32, 32, 11008), "llama2_13b": (40, 5120, 40, 40, 13824),
           "llama2_70b": (80, 8192, 64, 8, 28672)}
+# Llama Team 2024 Table 3: sequence 8192, vocabulary 128256
+LLAMA3 = {"llama3_8b": (32, 4096, 32, 8, 14336), "llama3_70b": (80, 8192, 64, 8, 28672),
+          "llama3_405b": (126, 16384, 128, 8, 53248)}
 
 
-@pytest.mark.parametrize("name", list(LLAMA2))
+@pytest.mark.parametrize("name", [*LLAMA2, *LLAMA3])
 def test_llama_forward_flops_match_the_closed_form_with_swiglu_and_gqa(name):
     """Per token: 2 x (Q and O: 2 d^2; K and V: 2 d d_kv; gate, up, down: 3 d f) per layer + 4 L T d
-    (attention, full) + 2 d V (untied head); T = 4096, V = 32000."""
-    layers, d, heads, kv, f = LLAMA2[name]
-    seq, vocab, d_kv = 4096, 32000, kv * d // heads
+    (attention, full) + 2 d V (untied head); Llama 2: T = 4096, V = 32000; Llama 3: T = 8192, V = 128256."""
+    layers, d, heads, kv, f = {**LLAMA2, **LLAMA3}[name]
+    seq, vocab = (4096, 32000) if name in LLAMA2 else (8192, 128256)
+    d_kv = kv * d // heads
     per_token = 2 * layers * (2 * d * d + 2 * d * d_kv + 3 * d * f) + 4 * layers * seq * d + 2 * d * vocab
     assert load_workload(name).fwd_flops_per_sample == seq * per_token
 
@@ -145,10 +191,10 @@ def test_defaults_and_their_sources():
     assert batches == {"resnet50": 32, "inception_v3": 32, "vgg16": 32, "resnet101": 32, "resnet152": 32,
                        "alexnet": 128, "googlenet": 32, "bert_base": 16, "bert_large": 8, "gpt2_small": 8,
                        "gpt2_medium": 8, "gpt2_large": 4, "gpt2_xl": 1, "llama2_7b": 1, "llama2_13b": 1,
-                       "llama2_70b": 1}
+                       "llama2_70b": 1, **{name: 1 for name in LLMS}}
     for name in CNNS:
         assert load_workload(name).optimizer == "momentum", name
-    for name in (*TRANSFORMERS, *LLAMA2):
+    for name in (*TRANSFORMERS, *LLAMA2, *LLMS):
         assert load_workload(name).optimizer == "adam", name
     for name in LARGE:
         meta = _meta(name)

@@ -143,21 +143,89 @@ class GroupedQueryAttention(nn.Module):
         return self.o((att.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, t, d))
 
 
-class LlamaBlock(nn.Module):
-    """x = x + attn(RMSNorm(x)); x = x + down(silu(gate(h)) * up(h)), h = RMSNorm(x)."""
+class SwiGLU(nn.Module):
+    """down(silu(gate(h)) * up(h)) (Shazeer 2020; Llama's FeedForward)."""
+
+    def __init__(self, hidden: int, width: int):
+        super().__init__()
+        self.gate = nn.Linear(hidden, width, bias=False)
+        self.up = nn.Linear(hidden, width, bias=False)
+        self.down = nn.Linear(width, hidden, bias=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class Router(nn.Linear):
+    """The MoE gate: one score per expert and token (a Linear without bias, as Mixtral's and
+    DeepSeekMoE's); its own class so that the layer table names its kind."""
+
+
+class Experts(nn.Module):
+    """E SwiGLU experts as stacked weights, each token sent to its top-k experts.
+
+    Which tokens an expert takes depends on the data, and torch's FLOP counter counts what runs,
+    so this definition gives every expert a fixed capacity of C = ceil(k T / E) tokens (capacity
+    factor 1): each expert takes the C tokens that score it highest (expert-choice selection,
+    Zhou et al. 2022, arXiv:2202.09368) and the outputs are added back weighted by the router's
+    probabilities. Its matmuls are then those of a balanced top-k routing: 6 k T h f FLOPs forward
+    (batched over experts), the count ``sim.transformer`` writes in closed form; the dispatch and
+    combine are gathers and scatters, not matmuls."""
+
+    def __init__(self, experts: int, top_k: int, hidden: int, width: int):
+        super().__init__()
+        self.top_k = top_k
+        self.w_gate = nn.Parameter(torch.randn(experts, hidden, width) / math.sqrt(hidden))
+        self.w_up = nn.Parameter(torch.randn(experts, hidden, width) / math.sqrt(hidden))
+        self.w_down = nn.Parameter(torch.randn(experts, width, hidden) / math.sqrt(width))
+
+    def forward(self, h: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+        b, t, d = h.shape
+        tokens, scores = h.reshape(b * t, d), probs.reshape(b * t, -1)
+        experts = scores.shape[1]
+        capacity = math.ceil(self.top_k * b * t / experts)
+        weight, index = scores.t().topk(capacity, dim=1)                       # (E, C) each
+        x = tokens.index_select(0, index.reshape(-1)).view(experts, capacity, d)
+        y = (nn.functional.silu(x @ self.w_gate) * (x @ self.w_up)) @ self.w_down  # (E, C, d)
+        y = (y * weight.unsqueeze(-1)).reshape(-1, d)
+        return torch.zeros_like(tokens).index_add(0, index.reshape(-1), y).view(b, t, d)
+
+
+class MixtureOfExperts(nn.Module):
+    """Router, routed experts and (DeepSeekMoE) shared experts in place of the dense MLP."""
 
     def __init__(self, arch: Architecture):
+        super().__init__()
+        self.router = Router(arch.hidden, arch.experts, bias=False)
+        self.experts = Experts(arch.experts, arch.experts_per_token, arch.hidden, arch.moe_ffn_hidden)
+        self.shared = SwiGLU(arch.hidden, arch.shared_experts * arch.moe_ffn_hidden) if arch.shared_experts else None
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        out = self.experts(h, self.router(h).softmax(dim=-1))
+        return out if self.shared is None else out + self.shared(h)
+
+
+class LlamaBlock(nn.Module):
+    """x = x + attn(RMSNorm(x)); x = x + down(silu(gate(h)) * up(h)), h = RMSNorm(x); in a
+    mixture-of-experts block the MLP is ``MixtureOfExperts`` (its rows ``<block>.moe.router``,
+    ``<block>.moe.experts``, ``<block>.moe.shared.*``)."""
+
+    def __init__(self, arch: Architecture, moe: bool = False):
         super().__init__()
         self.attn_norm = nn.RMSNorm(arch.hidden, eps=1e-5)
         self.attn = GroupedQueryAttention(arch.hidden, arch.heads, arch.kv_heads)
         self.ffn_norm = nn.RMSNorm(arch.hidden, eps=1e-5)
-        self.gate = nn.Linear(arch.hidden, arch.ffn_hidden, bias=False)
-        self.up = nn.Linear(arch.hidden, arch.ffn_hidden, bias=False)
-        self.down = nn.Linear(arch.ffn_hidden, arch.hidden, bias=False)
+        self.moe = MixtureOfExperts(arch) if moe else None
+        if not moe:
+            self.gate = nn.Linear(arch.hidden, arch.ffn_hidden, bias=False)
+            self.up = nn.Linear(arch.hidden, arch.ffn_hidden, bias=False)
+            self.down = nn.Linear(arch.ffn_hidden, arch.hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
         h = self.ffn_norm(x)
+        if self.moe is not None:
+            return x + self.moe(h)
         return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
 
 
@@ -183,7 +251,7 @@ class LlamaHead(nn.Module):
 def build_llama(arch: Architecture) -> nn.Sequential:
     units: OrderedDict[str, nn.Module] = OrderedDict(embed=TokenEmbedding(arch.vocab, arch.hidden))
     for i in range(arch.layers):
-        units[f"block{i}"] = LlamaBlock(arch)
+        units[f"block{i}"] = LlamaBlock(arch, moe=arch.is_moe_block(i))
     units["head"] = LlamaHead(arch.hidden, arch.vocab)
     model = nn.Sequential(units)
     if arch.tied_embeddings:

@@ -79,6 +79,40 @@ GPT2_XL_BATCH_NOTE = (
 LLAMA2_PUBLISHED = {  # the released checkpoints' totals (meta-llama/Llama-2-*-hf)
     "7b": 6_738_415_616, "13b": 13_015_864_320, "70b": 68_976_648_192,
 }
+LLAMA3_DIMS = ("Llama Team 2024, The Llama 3 Herd of Models (arXiv:2407.21783) Table 3 (layers, model dimension, FFN "
+               "dimension, attention heads, key/value heads 8, vocabulary 128K) and section 3.4.1 (pre-training at "
+               "a context of 8K tokens before the long-context stage); vocab 128256 and the untied head of the released "
+               "configs (meta-llama/Llama-3.1-*: vocab_size, tie_word_embeddings false)")
+LLAMA3 = {
+    "8b": _arch(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, seq_len=8192, vocab=128256),
+    "70b": _arch(family="llama", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, seq_len=8192, vocab=128256),
+    "405b": _arch(family="llama", layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, seq_len=8192,
+                  vocab=128256),
+}
+LLAMA3_PUBLISHED = {  # the released checkpoints' totals (Hugging Face model cards / safetensors index)
+    "8b": (8_030_261_248, "meta-llama/Meta-Llama-3-8B: 8,030,261,248"),
+    "70b": (70_553_706_496, "meta-llama/Meta-Llama-3-70B: 70,553,706,496"),
+    "405b": (405_853_388_800, "meta-llama/Llama-3.1-405B: 405,853,388,800"),
+}
+LLAMA3_BATCH = ("one 8192-token sequence per GPU (our choice); Llama Team 2024 section 3.4.1: 4M tokens per step at first, "
+                "then 8M and 16M")
+GPT3_175B = _arch(family="gpt2", layers=96, hidden=12288, heads=96, seq_len=2048, vocab=50257, max_positions=2048)
+GPT3_SOURCE = ("Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165) Table 2.1 (n_layers 96, "
+               "d_model 12288, n_heads 96, d_head 128, context 2048) and section 2.1 (the GPT-2 architecture, its "
+               "tokenizer: vocab 50257; dense attention here, its alternating locally banded sparse layers have "
+               "the same parameters)")
+MIXTRAL = _arch(family="llama", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, seq_len=32768,
+                vocab=32000, experts=8, experts_per_token=2, moe_ffn_hidden=14336)
+MIXTRAL_SOURCE = ("Jiang et al. 2024, Mixtral of Experts (arXiv:2401.04088) Table 1 (dim 4096, n_layers 32, head_dim 128, "
+                  "hidden_dim 14336, n_heads 32, n_kv_heads 8, context_len 32768, vocab_size 32000, num_experts 8, "
+                  "top_k_experts 2) and section 2 (trained with a context of 32k tokens)")
+DEEPSEEK_MOE = _arch(family="llama", layers=28, hidden=2048, heads=16, ffn_hidden=10944, seq_len=4096, vocab=102400,
+                     experts=64, experts_per_token=6, moe_ffn_hidden=1408, shared_experts=2, dense_layers=1)
+DEEPSEEK_MOE_SOURCE = ("Dai et al. 2024, DeepSeekMoE (arXiv:2401.06066) section 5.1.1 (28 layers, hidden 2048, 16 heads of "
+                       "128, every FFN but the first a MoE layer of 2 shared and 64 routed experts each 0.25x a standard "
+                       "FFN, 6 routed per token, sequence 4096, vocabulary 100K); the released config "
+                       "deepseek-ai/deepseek-moe-16b-base: intermediate_size 10944, moe_intermediate_size 1408, "
+                       "first_k_dense_replace 1, vocab_size 102400, multi-head attention, untied head")
 
 TRANSFORMER_MODELS: dict[str, ModelSpec] = {
     "bert_base": _spec(
@@ -126,4 +160,42 @@ TRANSFORMER_MODELS: dict[str, ModelSpec] = {
         params_source=f"Touvron et al. 2023: {size.upper()}; the released checkpoint meta-llama/Llama-2-{size}-hf "
                       f"holds {LLAMA2_PUBLISHED[size]} parameters (untied output head)",
     ) for size, arch in LLAMA2.items()},
+    **{f"llama3_{size}": _spec(
+        arch,
+        description=f"Llama 3 {size.upper()} ({arch.layers} layers, d {arch.hidden}, {arch.heads} heads, 8 key/value heads, "
+                    f"SwiGLU {arch.ffn_hidden}, context 8192, vocab 128256), language-model pre-training",
+        source=LLAMA3_DIMS, batch=1, batch_note=LLAMA3_BATCH,
+        params=LLAMA3_PUBLISHED[size][0],
+        params_source=f"Llama Team 2024: {size.upper()}; the released checkpoint {LLAMA3_PUBLISHED[size][1]} parameters "
+                      "(untied output head)",
+    ) for size, arch in LLAMA3.items()},
+    "gpt3_175b": _spec(
+        GPT3_175B,
+        description="GPT-3 175B (96 layers, d 12288, 96 heads, context 2048, vocab 50257), language-model training",
+        source=GPT3_SOURCE, batch=1,
+        batch_note="one 2048-token sequence per GPU (our choice); Brown et al. 2020 Table 2.1: 3.2M tokens per step",
+        params=175_000_000_000,
+        params_source="Brown et al. 2020 Table 2.1: 175.0B (this architecture with GPT-2's vocabulary and learned "
+                      "positions, head tied to the token embedding, counts 174.6B)",
+    ),
+    "mixtral_8x7b": _spec(
+        MIXTRAL,
+        description="Mixtral 8x7B (32 layers, d 4096, 32 heads, 8 key/value heads, 8 SwiGLU experts of 14336, top 2, "
+                    "context 32768, vocab 32000), a sparse mixture of experts, language-model training",
+        source=MIXTRAL_SOURCE, batch=1,
+        batch_note="one 32768-token sequence per GPU (our choice, the published training context)",
+        params=46_702_792_704,
+        params_source="Jiang et al. 2024: 47B parameters, 13B active per token; the released checkpoint "
+                      "mistralai/Mixtral-8x7B-v0.1 holds 46,702,792,704",
+    ),
+    "deepseek_moe_16b": _spec(
+        DEEPSEEK_MOE,
+        description="DeepSeekMoE 16B (28 layers, d 2048, 16 heads, 64 routed experts of 1408 (top 6) + 2 shared, first "
+                    "block dense (10944), context 4096, vocab 102400), a fine-grained mixture of experts",
+        source=DEEPSEEK_MOE_SOURCE, batch=1,
+        batch_note="one 4096-token sequence per GPU (our choice); Dai et al. 2024 section 5.1.2: 4.5K sequences of 4K "
+                   "tokens per step",
+        params=16_400_000_000,
+        params_source="Dai et al. 2024 section 5.1.1 and Table 3: 16.4B total parameters, 2.8B activated",
+    ),
 }

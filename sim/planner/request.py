@@ -228,6 +228,13 @@ def reproducible_workload(w: Workload) -> dict[str, Any]:
     spec: dict[str, Any] = {"model": w.name, "optimizer": w.optimizer}
     if w.name in zoo_names() and load_workload(w.name).layers == w.layers:
         return spec
+    if w.architecture is not None:  # a transformer in closed form: its dimensions, so memory keeps its formula
+        from sim.workload import DECODER, transformer_layers
+
+        if transformer_layers(w.architecture) == w.layers:
+            if w.name not in zoo_names():
+                spec["model"] = DECODER
+            return {**spec, "architecture": w.architecture.as_dict()}
     spec["layers"] = [{"layer": x.name, "kind": x.kind, "param_count": x.param_count, "fwd_flops": x.fwd_flops,
                        "bwd_flops": x.bwd_flops, "activation_elems": x.activation_elems,
                        **({"fwd_time_s": x.fwd_time_s, "bwd_time_s": x.bwd_time_s} if x.fwd_time_s is not None else {})}
