@@ -52,7 +52,7 @@ def plan_schema() -> dict[str, Any]:
     from sim.codecs import CODEC_PATHS, CODECS
     from sim.costs.backends import BACKENDS as LIBRARIES
     from sim.planner.request import OBJECTIVES, PLAN_KEYS
-    from sim.strategy import COLLECTIVES, SCHEDULES
+    from sim.strategy import COLLECTIVES, RECOMPUTE, SCHEDULES, ZERO_STAGES
 
     def some(item: dict[str, Any]) -> dict[str, Any]:
         return {"oneOf": [item, {"type": "array", "minItems": 1, "items": item}]}
@@ -64,6 +64,8 @@ def plan_schema() -> dict[str, Any]:
         "max_memory_gib": NUM_POS, "backends": some({"enum": list(LIBRARIES)}),
         "collectives": some({"enum": list(COLLECTIVES)}), "codecs": some(codec), "bucket_mib": some(NUM_POS),
         "schedules": some({"enum": list(SCHEDULES)}),
+        "max_cp": INT_POS, "max_vpp": INT_POS, "max_ep": INT_POS,
+        "zero_stages": some({"enum": list(ZERO_STAGES)}), "recompute": some({"enum": list(RECOMPUTE)}),
     }
     assert set(props) == set(PLAN_KEYS), sorted(set(props) ^ set(PLAN_KEYS))
     return {"type": "object", "additionalProperties": False, "properties": {k: props[k] for k in PLAN_KEYS}}

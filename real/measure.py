@@ -207,6 +207,8 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "bubble_time_s": NAN,
         "tp_comm_time_s": NAN,
         "pp_comm_time_s": NAN,
+        "model_comm_time_s": NAN,
+        "recompute_time_s": NAN,
         "memory_bytes": NAN,
         "staleness_mean": NAN,
         "iteration_time_iqr_s": it_iqr,

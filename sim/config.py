@@ -20,7 +20,7 @@ from sim.faults import check_against_cluster, faults_from_dict, heterogeneity_fr
 from sim.memory import check_memory
 from sim.parallel import check_placement
 from sim.scenario import Scenario
-from sim.strategy import Strategy, check_degrees, strategy_from_dict
+from sim.strategy import Strategy, check_degrees, check_large_model, strategy_from_dict
 from sim.workload import workload_from_dict
 from sim.yamlio import read_yaml
 
@@ -154,9 +154,10 @@ def validate_scenario(scenario: Scenario) -> None:
     fidelity models, memory."""
     s, c, w = scenario.strategy, scenario.cluster, scenario.workload
     check_degrees(s, c.world_size, len(w.layers), w.batch_size)
+    check_large_model(s, w, c.world_size)
     check_against_cluster(scenario.heterogeneity, scenario.faults, c.world_size, c.nodes)
     if s.model_parallel:
-        check_placement(c, s.tp, s.pp)
+        check_placement(c, s.tp, s.pp, s.cp)
     _require_compute(scenario)
     if scenario.fidelity == "detailed":
         from sim.engine.detailed import check_detailed
@@ -220,4 +221,11 @@ def scenario_columns(scenario: Scenario) -> dict[str, Any]:
         "micro_batches": s.micro_batches,
         "schedule": s.schedule if s.pp > 1 else "",
         "ps_mode": s.ps_mode if s.collective == "ps" else "",
+        "cp": s.cp,
+        "ep": s.ep,
+        "vpp": s.vpp,
+        "sequence_parallel": s.sequence_parallel,
+        "zero_stage": s.zero_stage,
+        "recompute": s.recompute,
+        "attention": s.attention,
     }

@@ -91,6 +91,11 @@ class IterationResult:
     """Tensor-parallel activation allreduces on the critical path (inside compute_time_s)."""
     pp_comm_time_s: float = 0.0
     """Activation and gradient sends between pipeline stages, per stage."""
+    model_comm_time_s: float = 0.0
+    """Other model-parallel communication on the critical path (inside compute_time_s): ring
+    attention's sends not hidden by attention, MoE all-to-alls, ZeRO-3 gathers not hidden."""
+    recompute_time_s: float = 0.0
+    """Activation recomputation (inside compute_time_s)."""
     memory_bytes: float = 0.0
     """Peak memory of the fullest rank (sim/memory.py)."""
     links: tuple[LinkStat, ...] = field(default=(), repr=False)
@@ -150,6 +155,8 @@ class IterationResult:
             "bubble_time_s": self.bubble_time_s,
             "tp_comm_time_s": self.tp_comm_time_s,
             "pp_comm_time_s": self.pp_comm_time_s,
+            "model_comm_time_s": self.model_comm_time_s,
+            "recompute_time_s": self.recompute_time_s,
             "memory_bytes": self.memory_bytes,
             # one synchronous iteration applies fresh gradients; sim.run.RunResult reports runs
             "staleness_mean": 0.0,

@@ -121,7 +121,9 @@ def _iteration_time_fn(scenario: Scenario) -> Callable[[float], float]:
     """T(scale): one synchronous iteration with every compute time multiplied by ``scale``."""
     s = scenario.strategy
     n, batch = scenario.cluster.world_size, scenario.workload.batch_size
-    if s.model_parallel or s.micro_batches > 1:
+    from sim.simulate import pipelined
+
+    if pipelined(s):
         from sim.engine.pipeline import run_pipeline
         from sim.engine.pipeline_plan import build_pipeline_plan
 

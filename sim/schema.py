@@ -107,6 +107,7 @@ def field_types() -> dict[str, Any]:
         "strategy.pipeline_overhead_s": NUM_NONNEG, "strategy.ps_mode": _enum(PS_MODES),
         "strategy.ps_placement": _enum(PS_PLACEMENTS), "strategy.staleness_penalty": _enum(STALENESS_PENALTIES),
         "strategy.max_staleness": INT_NONNEG,
+        **large_model_fields(),
         "simulation.fidelity": _enum(FIDELITIES), "simulation.seed": INT_NONNEG, "simulation.check_memory": BOOL,
         "simulation.flow_engine": _enum(FLOW_ENGINES),
         "heterogeneity.jitter_cv": NUM_NONNEG, "heterogeneity.slow_nodes": INT_NONNEG,
@@ -139,6 +140,42 @@ def field_types() -> dict[str, Any]:
         "host.pcie_link": {"type": "string", "examples": sorted(n for n, k in catalog.links.items() if k.kind == "pcie")},
         "host.assumed": {"type": "array", "items": _enum(k for k in _HOST_KEYS if k not in ("assumed", "source"))},
         "host.source": STRING,
+    }
+
+
+def large_model_fields() -> dict[str, Any]:
+    """The strategy's large-model fields (sim.strategy.LLM_FIELDS), each with its type and a
+    description an editor shows (the framework's own name for it included)."""
+    from sim.strategy import ATTENTION, RECOMPUTE, ZERO_STAGES
+
+    def described(schema: dict[str, Any], text: str) -> dict[str, Any]:
+        return {**schema, "description": text}
+
+    return {
+        "strategy.sequence_parallel": described(BOOL, "Megatron-LM sequence parallelism (--sequence-parallel): with "
+                                                "tp > 1 norms and dropouts run on 1/tp of the sequence and each "
+                                                "tensor-parallel allreduce becomes a reduce-scatter and an allgather"),
+        "strategy.cp": described(INT_POS, "context-parallel degree (Megatron-LM --context-parallel-size): ring "
+                                 "attention over cp ranks, each holding seq_len / cp tokens; 2 x cp must divide seq_len"),
+        "strategy.ep": described(INT_POS, "expert-parallel degree (Megatron-LM --expert-model-parallel-size): MoE "
+                                 "experts split over ep data-parallel ranks, tokens sent by all-to-all; divides dp and "
+                                 "the experts"),
+        "strategy.vpp": described(INT_POS, "model chunks per pipeline rank (Megatron-LM "
+                                  "--virtual-pipeline-model-parallel-size): the interleaved 1F1B schedule when > 1; "
+                                  "needs pp > 1, micro_batches a multiple of pp, layers divisible by pp x vpp"),
+        "strategy.recompute": described(_enum(RECOMPUTE), "activation recomputation (Megatron-LM "
+                                        "--recompute-granularity, torchtitan activation_checkpoint.mode): selective "
+                                        "recomputes attention's core, full every transformer block"),
+        "strategy.zero_stage": described(_enum(ZERO_STAGES), "ZeRO sharding over the data-parallel ranks (DeepSpeed "
+                                         "zero_optimization.stage): 1 optimizer state (Megatron-LM "
+                                         "--use-distributed-optimizer), 2 + gradients (FSDP SHARD_GRAD_OP), 3 + "
+                                         "parameters (FSDP FULL_SHARD)"),
+        "strategy.attention": described(_enum(ATTENTION), "attention kernels: flash stores no s x s scores (its "
+                                        "backward recomputes them), eager stores them; auto: flash on compute "
+                                        "capability 8.0 and newer"),
+        "strategy.moe_capacity_factor": described(NUM_POS, "mixture of experts: tokens each expert computes, as a "
+                                                  "multiple of its balanced share (Megatron-LM "
+                                                  "--moe-expert-capacity-factor); absent: dropless"),
     }
 
 

@@ -15,7 +15,7 @@ def _run(scenario: Scenario) -> IterationResult:
         from sim.engine.detailed import run_detailed
 
         return run_detailed(scenario)
-    if scenario.strategy.model_parallel or scenario.strategy.micro_batches > 1:
+    if pipelined(scenario.strategy):
         from sim.engine.pipeline import run_pipeline
         from sim.engine.pipeline_plan import build_pipeline_plan
 
@@ -23,13 +23,21 @@ def _run(scenario: Scenario) -> IterationResult:
     return run_fast(build_plan(scenario), scenario.cluster.world_size, scenario.workload.batch_size)
 
 
+def pipelined(strategy) -> bool:
+    """Whether the pipeline engine runs the iteration (stages, tensor, context or expert parallelism,
+    micro-batches, or ZeRO-3's per-unit gathers); else the data-parallel fast path."""
+    return strategy.model_parallel or strategy.micro_batches > 1 or strategy.zero_stage >= 3
+
+
 def baseline_time_s(scenario: Scenario) -> float:
     """T1: the same per-GPU work on a single GPU (nothing to communicate).
 
-    With model parallelism, the whole batch of one replica on one GPU, as plain data parallelism."""
+    With model parallelism, the whole batch of one replica on one GPU, as plain data parallelism
+    (a GPU of unbounded memory: no recomputation, no sharding)."""
     single = replace(scenario.with_world_size(1), fidelity="fast")
     single = replace(single, strategy=replace(single.strategy, kind="data_parallel", dp=None, tp=1, pp=1,
-                                              micro_batches=1, codec=None, codec_path=None))
+                                              micro_batches=1, codec=None, codec_path=None, cp=1, ep=1, vpp=1,
+                                              sequence_parallel=False, recompute="none", zero_stage=0))
     return run_fast(build_plan(single), 1, scenario.workload.batch_size).iteration_time_s
 
 

@@ -31,6 +31,23 @@ PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 PS_LAYOUTS = ("dedicated", "colocated", "node_aggregated", "colocated_aggregated", "centralized")
 """Where parameter servers sit (sim/costs/ps.py PS_LAYOUTS)."""
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+RECOMPUTE = ("none", "selective", "full")
+"""Activation recomputation (Korthikanti et al. 2022, arXiv:2205.05198 section 5): none; selective,
+the attention core (QK^T, softmax, dropout, AV) recomputed in backward; full, every transformer
+block's forward run again from its stored input. Megatron-LM's --recompute-granularity
+(selective | full, with --recompute-method uniform over all layers), torchtitan's
+activation_checkpoint.mode (none | selective | full)."""
+ZERO_STAGES = (0, 1, 2, 3)
+"""What is sharded over the data-parallel ranks (Rajbhandari et al. 2020, ZeRO, section 5; DeepSpeed's
+zero_optimization.stage): 0 nothing (DDP); 1 the optimizer state (Megatron-LM's
+--use-distributed-optimizer); 2 + gradients (FSDP's SHARD_GRAD_OP); 3 + parameters (FSDP's
+FULL_SHARD, torchtitan's data_parallel_shard_degree)."""
+ATTENTION = ("auto", "flash", "eager")
+"""How attention's core runs: flash, FlashAttention's fused kernels (Dao et al. 2022/2023: the s x s
+scores are never stored; backward recomputes them, 2.5x the forward's FLOPs instead of 2x); eager,
+matmuls and a softmax that store the scores (Korthikanti's 5 a s^2 b bytes per layer); auto, flash
+where FlashAttention-2 runs (compute capability 8.0 and newer: Ampere, Ada, Hopper, its README),
+else eager."""
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 """Bytes per element of each dtype (tf32 is stored as fp32)."""
 
@@ -47,7 +64,17 @@ STRATEGY_KEYS = (
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
     "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
+    "sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "attention", "moe_capacity_factor",
 )
+LLM_FIELDS = ("sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "attention", "moe_capacity_factor")
+"""The large-model fields (issue 28) and their framework names: sequence_parallel (Megatron-LM
+--sequence-parallel), cp (--context-parallel-size; torchtitan context_parallel_degree), ep
+(--expert-model-parallel-size; torchtitan expert_parallel_degree), vpp
+(--virtual-pipeline-model-parallel-size: model chunks per pipeline rank, the interleaved 1F1B
+schedule), recompute (--recompute-granularity; torchtitan activation_checkpoint.mode), zero_stage
+(DeepSpeed zero_optimization.stage; Megatron --use-distributed-optimizer = 1; FSDP
+sharding_strategy NO_SHARD 0, SHARD_GRAD_OP 2, FULL_SHARD 3), attention (flash or eager kernels),
+moe_capacity_factor (--moe-expert-capacity-factor). docs/model.md#large-models has the mapping."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +195,28 @@ class Strategy:
     max_staleness: int | None = None
     """Asynchronous PS: a worker may run at most this many steps ahead of the slowest (stale
     synchronous parallel, Ho et al. 2013); None: unbounded."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism (Korthikanti et al. 2022 section 4.2.2): with tp > 1 the
+    norms and dropouts run on 1/tp of the sequence, and each tensor-parallel allreduce becomes a
+    reduce-scatter and an allgather of the same activation."""
+    cp: int = 1
+    """Context-parallel degree: each of cp ranks holds 1/cp of every sequence; attention passes
+    the key/value blocks around a ring (ring attention), overlapped with attention's compute."""
+    ep: int = 1
+    """Expert-parallel degree (mixture-of-experts workloads): each of ep data-parallel ranks holds
+    1/ep of the experts; tokens reach them by all-to-all (dispatch and combine)."""
+    vpp: int = 1
+    """Virtual pipeline stages (model chunks) per pipeline rank: the interleaved 1F1B schedule of
+    Narayanan et al. 2021 (section 2.2.2) when > 1: bubble 1/vpp of 1F1B's, vpp x the sends."""
+    recompute: str = "none"
+    """Activation recomputation: none | selective | full (RECOMPUTE)."""
+    zero_stage: int = 0
+    """ZeRO / FSDP sharding over the data-parallel ranks: 0-3 (ZERO_STAGES)."""
+    attention: str = "auto"
+    """Attention kernels: auto | flash | eager (ATTENTION)."""
+    moe_capacity_factor: float | None = None
+    """Mixture of experts: each expert computes capacity_factor x its balanced share of tokens
+    (padding included); None: dropless (Megatron-LM's default), balanced routing assumed."""
 
     @property
     def grad_bytes_per_param(self) -> int:
@@ -175,10 +224,15 @@ class Strategy:
 
     @property
     def model_parallel(self) -> bool:
-        return self.tp > 1 or self.pp > 1
+        return self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1
+
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks that hold one copy of the model together: tp x cp x pp (ep lives inside dp)."""
+        return self.tp * self.cp * self.pp
 
     def dp_degree(self, world_size: int) -> int:
-        return self.dp if self.dp is not None else max(1, world_size // (self.tp * self.pp))
+        return self.dp if self.dp is not None else max(1, world_size // self.model_parallel_size)
 
     def resolved_codec_path(self) -> str | None:
         from sim.codecs import CODECS, default_path
@@ -305,6 +359,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
                        require_positive(f"{where}.max_staleness", spec["max_staleness"], integer=True, allow_zero=True)),
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
+        **_llm_fields(spec, where),
     )
 
 
@@ -331,6 +386,28 @@ def library_fields(spec: dict[str, Any], where: str = "strategy",
     if buffers is not None:
         buffers = require_choice(name("mpi_gpu_buffers"), buffers, GPU_BUFFERS)
     return version, library, buffers
+def _llm_fields(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """The large-model fields, each alone (check_degrees and sim.config check them together)."""
+    sp = spec.get("sequence_parallel", False)
+    if not isinstance(sp, bool):
+        raise ConfigError(f"{where}.sequence_parallel", sp, "true or false")
+    stage = spec.get("zero_stage", 0)
+    if isinstance(stage, bool) or stage not in ZERO_STAGES:
+        raise ConfigError(f"{where}.zero_stage", stage, "0, 1, 2 or 3 (DeepSpeed's ZeRO stages; FSDP FULL_SHARD is 3, "
+                          "SHARD_GRAD_OP 2, Megatron's distributed optimizer 1)")
+    factor = spec.get("moe_capacity_factor")
+    if factor is not None:
+        factor = float(require_positive(f"{where}.moe_capacity_factor", factor))
+    return {
+        "sequence_parallel": sp,
+        "cp": require_positive(f"{where}.cp", spec.get("cp", 1), integer=True),
+        "ep": require_positive(f"{where}.ep", spec.get("ep", 1), integer=True),
+        "vpp": require_positive(f"{where}.vpp", spec.get("vpp", 1), integer=True),
+        "recompute": require_choice(f"{where}.recompute", spec.get("recompute", "none"), RECOMPUTE),
+        "zero_stage": stage,
+        "attention": require_choice(f"{where}.attention", spec.get("attention", "auto"), ATTENTION),
+        "moe_capacity_factor": factor,
+    }
 
 
 NCCL_SOCKET_MAX_THREADS = 16
@@ -388,9 +465,12 @@ def _codec_fields(spec: dict[str, Any], where: str) -> tuple[str | None, str | N
 def check_degrees(strategy: Strategy, world_size: int, n_layers: int, batch_size: int, where: str = "strategy") -> None:
     """dp x tp x pp = world size, pp <= layers, micro-batches divide the batch: one error naming every term."""
     dp = strategy.dp_degree(world_size)
-    tp, pp = strategy.tp, strategy.pp
-    if dp * tp * pp != world_size:
-        raise ConfigError(f"{where}.dp * tp * pp", f"{dp} * {tp} * {pp} = {dp * tp * pp}",
+    tp, pp, cp = strategy.tp, strategy.pp, strategy.cp
+    if dp * cp * tp * pp != world_size:
+        if cp == 1:
+            raise ConfigError(f"{where}.dp * tp * pp", f"{dp} * {tp} * {pp} = {dp * tp * pp}",
+                              f"the world size {world_size} (cluster.gpus)")
+        raise ConfigError(f"{where}.dp * cp * tp * pp", f"{dp} * {cp} * {tp} * {pp} = {dp * cp * tp * pp}",
                           f"the world size {world_size} (cluster.gpus)")
     if pp > n_layers:
         raise ConfigError(f"{where}.pp", pp, f"at most the workload's {n_layers} layers (one stage needs a layer)")
@@ -400,3 +480,69 @@ def check_degrees(strategy: Strategy, world_size: int, n_layers: int, batch_size
                           f"a divisor of workload.batch_size={batch_size} ({batch_size} % {m} = {batch_size % m})")
     if strategy.ps_mode == "async" and strategy.collective != "ps":
         raise ConfigError(f"{where}.ps_mode", "async", f"only with collective=ps (got collective={strategy.collective})")
+
+
+def check_large_model(strategy: Strategy, workload: Any, world_size: int, where: str = "strategy") -> None:
+    """The large-model fields against the workload and the layout, one error naming the field and
+    what it takes (``workload``: a sim.workload.Workload; its ``architecture`` is the transformer's)."""
+    arch = workload.architecture
+    dp, pp, m = strategy.dp_degree(world_size), strategy.pp, strategy.micro_batches
+    transformer = "a transformer workload (a zoo transformer, seq_len or architecture, or the decoder)"
+    if strategy.cp > 1:
+        if arch is None:
+            raise ConfigError(f"{where}.cp", strategy.cp, f"1 for {workload.name} (context parallelism splits the "
+                              f"sequence of {transformer})")
+        if arch.seq_len % (2 * strategy.cp):
+            raise ConfigError(f"{where}.cp", strategy.cp, f"a cp with 2 x cp dividing seq_len={arch.seq_len} (Megatron-LM "
+                              "cuts each sequence into 2 x cp chunks so that causal attention balances over the ring)")
+        if strategy.attention == "eager":
+            raise ConfigError(f"{where}.attention", "eager", "flash or auto with cp > 1 (ring attention runs "
+                              "FlashAttention's kernels block by block: Transformer Engine's context parallelism)")
+    if strategy.ep > 1:
+        if arch is None or not arch.moe:
+            raise ConfigError(f"{where}.ep", strategy.ep, f"1 for {workload.name} (expert parallelism needs a "
+                              "mixture-of-experts workload: architecture.experts > 0)")
+        if arch.experts % strategy.ep:
+            raise ConfigError(f"{where}.ep", strategy.ep, f"a divisor of architecture.experts={arch.experts} "
+                              "(each expert-parallel rank holds experts / ep of them)")
+        if dp % strategy.ep:
+            raise ConfigError(f"{where}.ep", strategy.ep, f"a divisor of dp={dp} (expert-parallel ranks are "
+                              "data-parallel ranks that split the experts)")
+    if arch is not None and arch.moe and strategy.tp > 1 and not strategy.sequence_parallel:
+        raise ConfigError(f"{where}.sequence_parallel", False, "true with tp > 1 for a mixture of experts (Megatron-LM "
+                          "refuses MoE with tensor parallelism without it in training: moe_layer.py)")
+    if strategy.moe_capacity_factor is not None and (arch is None or not arch.moe):
+        raise ConfigError(f"{where}.moe_capacity_factor", strategy.moe_capacity_factor,
+                          f"absent for {workload.name} (only mixture-of-experts workloads route tokens)")
+    if strategy.vpp > 1:
+        if pp == 1:
+            raise ConfigError(f"{where}.vpp", strategy.vpp, "1 with pp = 1 (virtual stages interleave a pipeline: pp > 1)")
+        if strategy.schedule != "1f1b":
+            raise ConfigError(f"{where}.schedule", strategy.schedule, "1f1b with vpp > 1 (the interleaved schedule is 1F1B's)")
+        if m % pp:
+            raise ConfigError(f"{where}.micro_batches", m, f"a multiple of pp={pp} with vpp > 1 (Megatron-LM's "
+                              "interleaved schedule runs micro-batches in groups of pp)")
+        if arch is not None and arch.layers % (pp * strategy.vpp):
+            raise ConfigError(f"{where}.vpp", strategy.vpp, f"a vpp with pp x vpp = {pp} x vpp dividing the "
+                              f"{arch.layers} transformer layers (each model chunk holds layers / (pp x vpp))")
+    if strategy.recompute != "none" and arch is None:
+        raise ConfigError(f"{where}.recompute", strategy.recompute, f"none for {workload.name} (recomputation "
+                          f"checkpoints the blocks of {transformer})")
+    if strategy.zero_stage:
+        for field, value, why in (("collective", strategy.collective == "ps", "parameter servers keep the state"),
+                                  ("codec", strategy.codec is not None, "ZeRO reduce-scatters gradients in the compute precision"),
+                                  ("fusion_mib", strategy.fusion_bytes is not None, "Horovod's fusion is an allreduce"),
+                                  ("double_buffering", strategy.double_buffering, "ChainerMN's reduction is an allreduce")):
+            if value:
+                raise ConfigError(f"{where}.zero_stage", strategy.zero_stage, f"0 with {field}={getattr(strategy, field, None)!r} ({why})")
+
+
+def strategy_notes(strategy: Strategy, world_size: int) -> list[str]:
+    """Settings that are accepted but change nothing here (said once, not refused)."""
+    notes = []
+    dp = strategy.dp_degree(world_size)
+    if strategy.zero_stage and dp == 1:
+        notes.append(f"strategy.zero_stage {strategy.zero_stage} with dp = 1 shards over one rank: nothing is sharded (a no-op)")
+    if strategy.sequence_parallel and strategy.tp == 1:
+        notes.append("strategy.sequence_parallel with tp = 1 splits nothing (a no-op, as Megatron-LM turns it off)")
+    return notes

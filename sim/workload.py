@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,34 @@ class Workload:
     @property
     def param_count(self) -> int:
         return sum(layer.param_count for layer in self.layers)
+
+    @cached_property
+    def unit_names(self) -> tuple[str, ...]:
+        """The top-level modules in order: each layer's name up to its first '.' (what
+        sim.costs.pipeline.layer_unit says); computed once (frozen: the cache cannot go stale)."""
+        return tuple(dict.fromkeys(layer.name.split(".", 1)[0] for layer in self.layers))
+
+    @cached_property
+    def param_prefix(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Prefix sums of the parameters (dense, and of the mixture-of-experts' routed experts,
+        kind Experts): the parameters of layers [lo, hi) are prefix[hi] - prefix[lo]."""
+        dense, experts = [0], [0]
+        for layer in self.layers:
+            expert = layer.kind == "Experts"
+            dense.append(dense[-1] + (0 if expert else layer.param_count))
+            experts.append(experts[-1] + (layer.param_count if expert else 0))
+        return tuple(dense), tuple(experts)
+
+    @cached_property
+    def layer_units(self) -> tuple[str, ...]:
+        """Each layer's top-level module name."""
+        return tuple(layer.name.split(".", 1)[0] for layer in self.layers)
+
+    @cached_property
+    def unit_index(self) -> tuple[int, ...]:
+        """Each layer's top-level module as its position in ``unit_names``."""
+        position = {name: i for i, name in enumerate(self.unit_names)}
+        return tuple(position[layer.name.split(".", 1)[0]] for layer in self.layers)
 
     @property
     def fwd_flops_per_sample(self) -> float:

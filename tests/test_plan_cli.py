@@ -49,7 +49,8 @@ def test_plan_prints_writes_and_reproduces(tmp_path, capsys):
 def test_plan_verify_counts_what_detailed_refuses(tmp_path, capsys):
     code = main(["plan", "--model", "small_transformer", "--gpus", "8", "--gpus-per-node", "2", "--gpu", "v100",
                  "--global-batch", "32", "--backends", "nccl", "--collectives", "tree,ring", "--codecs", "none",
-                 "--bucket-mib", "25", "--max-tp", "1", "--max-pp", "1", "--verify", "4", "--out", str(tmp_path)])
+                 "--bucket-mib", "25", "--max-tp", "1", "--max-pp", "1", "--zero-stages", "0", "--verify", "4",
+                 "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
     assert "not verifiable: simulation.fidelity: got 'detailed'; allowed: fast for collective=tree" in out

@@ -17,6 +17,7 @@ from sim.planner import NoPlan, plan_request_from_dict, plan_search
 from sim.planner.explain import pareto, parts_s, runner_up, why
 from sim.planner.flush import flush_ends
 from sim.planner.request import sensible_gpu_counts
+from sim.planner.search import BOUND_KEEP
 from sim.planner.space import REASONS
 from sim.planner.verify import FIELDS
 from sim.simulate import simulate
@@ -91,6 +92,14 @@ def test_every_candidate_is_what_simulate_says(case):
         if c.reason == "library":
             with pytest.raises(ConfigError):
                 simulate(scenario_from_dict(c.spec(req)))
+            continue
+        if c.reason == "bound":  # not simulated: it is slower than the head of the ranking the search kept exact
+            try:
+                sim = simulate(scenario_from_dict(c.spec(req)))
+            except ConfigError:  # its library refuses it as well
+                continue
+            kept = result.ranked[min(len(result.ranked), BOUND_KEEP * req.top) - 1]
+            assert sim.iteration_time_s / c.samples > kept.time_per_sample_s, c.label()
             continue
         sim = simulate(scenario_from_dict(c.spec(req)))
         for name in FIELDS:
@@ -203,11 +212,13 @@ def test_nothing_fits_says_which_constraint():
     with pytest.raises(NoPlan) as err:
         plan_search(req)
     text = str(err.value)
+    # one GPU: nothing to shard; full recomputation stores the least
     smallest = min(max(b.total_bytes for b in memory_per_rank(scenario_from_dict(
         {"workload": {"model": "gpt2_xl", "batch_size": 1}, "cluster": {"gpus": 1, "gpu": "k80"},
-         "strategy": {"precision": req.precision}, "simulation": {"check_memory": False}}))), float("inf"))
+         "strategy": {"precision": req.precision, "recompute": recompute}, "simulation": {"check_memory": False}})))
+        for recompute in ("none", "selective", "full"))
     assert text.startswith("memory per rank: every layout of gpt2_xl on 1 GPU needs more than 12 GiB per GPU")
-    assert f"the smallest needs {smallest / 2**30:.1f} GiB at tp 1, pp 1" in text
+    assert f"the smallest needs {smallest / 2**30:.1f} GiB at tp 1, pp 1 (dp 1, 1 micro-batch, recompute full;" in text
 
 
 def test_nothing_divides_the_global_batch():

@@ -16,9 +16,10 @@ from typing import Any
 
 PLAN_FLAGS = {
     "objective": str, "max_gpus": int, "global_batch": int, "top": int, "max_tp": int, "max_pp": int,
-    "max_micro_batches": int, "max_memory_gib": float, "max_candidates": int,
+    "max_micro_batches": int, "max_memory_gib": float, "max_candidates": int, "max_cp": int, "max_vpp": int,
+    "max_ep": int,
 }
-LIST_FLAGS = ("backends", "collectives", "codecs", "bucket_mib", "schedules")
+LIST_FLAGS = ("backends", "collectives", "codecs", "bucket_mib", "schedules", "zero_stages", "recompute")
 SCENARIO_FLAGS = {
     "model": ("workload", "model", str), "batch_size": ("workload", "batch_size", int),
     "seq_len": ("workload", "seq_len", int),
@@ -66,6 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     search.add_argument("--max-tp", dest="max_tp", type=_typed("--max-tp", int), help="largest tensor-parallel degree "
                         "(default: the GPUs of one node)")
     search.add_argument("--max-pp", dest="max_pp", type=_typed("--max-pp", int), help="most pipeline stages")
+    search.add_argument("--max-cp", dest="max_cp", type=_typed("--max-cp", int), help="largest context-parallel degree "
+                        "(default: a node's GPUs for sequences of 16k tokens or more, else 1)")
+    search.add_argument("--max-vpp", dest="max_vpp", type=_typed("--max-vpp", int), help="most model chunks per "
+                        "pipeline rank, the interleaved 1F1B schedule (default 4)")
+    search.add_argument("--max-ep", dest="max_ep", type=_typed("--max-ep", int), help="largest expert-parallel degree "
+                        "(mixture-of-experts models; default: the experts)")
+    search.add_argument("--zero-stages", dest="zero_stages", help="comma list of ZeRO stages 0-3 to try (default all; "
+                        "the lightest that fits is kept)")
+    search.add_argument("--recompute", help="comma list of none, selective, full (default all; the lightest that fits)")
     search.add_argument("--max-micro-batches", dest="max_micro_batches", type=_typed("--max-micro-batches", int),
                         help="most micro-batches per iteration (default: up to the batch per replica)")
     search.add_argument("--max-memory-gib", dest="max_memory_gib", type=_typed("--max-memory-gib", float),

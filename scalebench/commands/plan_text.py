@@ -63,7 +63,7 @@ def summary(result: PlanResult) -> list[str]:
 
 HEAD = (f" {'#':>2} {'GPUs':>5} {'dp x pp x tp':>13} {'batch':>5} {'micro':>5} {'sched':>5} {'iteration':>10} "
         f"{'compute':>10} {'TP allr.':>9} {'bubble':>9} {'exposed':>9} {'codec':>9} {'memory':>9} {'samples/s':>10}  "
-        "synchronisation")
+        "settings; synchronisation")
 
 
 def _row(rank: int | str, c, note: str = "") -> str:
@@ -76,7 +76,8 @@ def _row(rank: int | str, c, note: str = "") -> str:
             f"{la.schedule if la.pp > 1 and la.micro_batches > 1 else '-':>5} {human_seconds(o.iteration_time_s):>10} "
             f"{human_seconds(compute):>10} {human_seconds(o.tp_comm_time_s):>9} {human_seconds(o.bubble_time_s):>9} "
             f"{human_seconds(o.exposed_comm_time_s):>9} {human_seconds(o.codec_time_s):>9} "
-            f"{human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}  {c.sync.label()}{note}")
+            f"{human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}  "
+            f"{la.extras() + ('; ' if la.extras() else '')}{c.sync.label()}{note}")
 
 
 def top_table(result: PlanResult) -> list[str]:
@@ -85,10 +86,11 @@ def top_table(result: PlanResult) -> list[str]:
     lines = [HEAD]
     for rank, (c, same) in enumerate(result.distinct(top), start=1):
         lines.append(_row(rank, c, f" (+{len(same)} equal)" if same else ""))
-    seen = {(result.winner.layout.gpus, result.winner.layout.dp, result.winner.layout.pp, result.winner.layout.tp)}
+    w = result.winner.layout
+    seen = {(w.gpus, w.dp, w.pp, w.tp, w.cp)}
     others = []
     for rank, c in enumerate(result.ranked, start=1):
-        key = (c.layout.gpus, c.layout.dp, c.layout.pp, c.layout.tp)
+        key = (c.layout.gpus, c.layout.dp, c.layout.pp, c.layout.tp, c.layout.cp)
         if key not in seen:
             seen.add(key)
             others.append((rank, c))
@@ -101,6 +103,21 @@ def top_table(result: PlanResult) -> list[str]:
             gap = 100 * (c.objective_value(result.request.objective) / best - 1)
             lines.append(_row("", c, f"  [#{rank:,}, +{gap:.0f} %]" if gap >= 10 else f"  [#{rank:,}, +{gap:.2g} %]"))
     return lines
+
+
+def memory_lines(result: PlanResult) -> list[str]:
+    """The winner's fullest rank, part by part (sim.memory.memory_per_rank), against the GPU."""
+    from sim.config import scenario_from_dict
+    from sim.memory import memory_per_rank
+
+    spec = result.winner.spec(result.request)
+    spec["simulation"] = {"check_memory": False}
+    worst = max(memory_per_rank(scenario_from_dict(spec, result.request.catalog)), key=lambda b: b.total_bytes)
+    parts = " + ".join(f"{name} {human_bytes(v)}" for name, v in worst.parts().items() if v)
+    limit = result.request.memory_limit_bytes
+    where = f" (stage {worst.stage})" if result.winner.layout.pp > 1 else ""
+    return [f"memory of the winner's fullest rank{where}: {parts} = {human_bytes(worst.total_bytes)} of "
+            f"{human_bytes(limit)} ({100 * worst.total_bytes / limit:.0f} %)"]
 
 
 def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> int:
@@ -118,6 +135,7 @@ def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> in
     print("\n".join(top_table(result)))
     print("  (compute: forward + backward + optimizer of the busiest stage, without its TP allreduces; codec time is "
           "inside communication)")
+    print("\n".join(memory_lines(result)))
     print(f"\nwhy: {why(result)}")
     start = time.perf_counter()
     confirmed = confirm(result, request.top)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from scalebench.commands.common import (
     add_scenario_arguments,
@@ -71,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if args.link_plot:
         check_writable("--link-plot", f"{args.link_plot}.png")
     result = simulate(scenario)
+    from sim.strategy import strategy_notes
+
+    for note in strategy_notes(scenario.strategy, scenario.cluster.world_size):
+        print(f"scalebench simulate: note: {note}", file=sys.stderr)
     row = {**scenario_columns(scenario), **result.metrics(), "source": "sim"}
     if args.format == "table":
         write_out(breakdown_table({**row, "overhead_time_s": overhead_s(scenario)}) + links_table(result, scenario))
@@ -204,11 +209,17 @@ def breakdown_table(row: dict) -> str:
 def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:
     """Lines for the breadth columns, shown only when they apply."""
     lines = []
-    if row.get("tp", 1) > 1 or row.get("pp", 1) > 1:
+    large = [f"{name} {row[key]}" for key, name in (("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"), ("zero_stage", "ZeRO"))
+             if row.get(key, 1 if key != "zero_stage" else 0) not in (1, 0)]
+    large += ["sequence parallel"] if row.get("sequence_parallel") else []
+    large += [f"recompute {row['recompute']}"] if row.get("recompute", "none") != "none" else []
+    if row.get("tp", 1) > 1 or row.get("pp", 1) > 1 or large:
         lines.append(f"  {'layout dp x pp x tp':<26}{row['dp']} x {row['pp']} x {row['tp']}, "
-                     f"{row['micro_batches']} micro-batches{', ' + row['schedule'] if row['schedule'] else ''}")
+                     f"{row['micro_batches']} micro-batches{', ' + row['schedule'] if row['schedule'] else ''}"
+                     f"{'; ' + ', '.join(large) if large else ''}")
     for key, label in (("bubble_time_s", "pipeline bubble"), ("pp_comm_time_s", "stage sends (busiest)"),
-                       ("tp_comm_time_s", "tensor-parallel allreduce"), ("codec_time_s", f"codec {row.get('codec', '')}"),
+                       ("tp_comm_time_s", "tensor-parallel collectives"), ("recompute_time_s", "recomputation"),
+                       ("model_comm_time_s", "CP/EP/ZeRO-3 comm"), ("codec_time_s", f"codec {row.get('codec', '')}"),
                        ("coordination_time_s", "coordination (busy)")):
         if row.get(key):
             lines.append(f"  {'  ' + label:<26}{human_seconds(row[key]):>12}  {pct(row[key])}")

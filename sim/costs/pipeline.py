@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
 from itertools import accumulate
 
 
@@ -39,13 +41,19 @@ def layer_unit(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def split_units(costs: list[float], units: list[str], p: int) -> list[tuple[int, int]]:
+def split_units(costs: list[float], units: Sequence[str], p: int) -> list[tuple[int, int]]:
     """``balance_stages`` over the units (consecutive layers with the same unit, costs summed);
     returns [start, end) in layer indices, each stage whole units."""
     starts = [i for i in range(len(units)) if i == 0 or units[i] != units[i - 1]]
     ends = [*starts[1:], len(units)]
-    bounds = balance_stages([sum(costs[a:b]) for a, b in zip(starts, ends, strict=True)], p)
+    bounds = _balanced(tuple(sum(costs[a:b]) for a, b in zip(starts, ends, strict=True)), p)
     return [(starts[lo], ends[hi - 1]) for lo, hi in bounds]
+
+
+@lru_cache(maxsize=8192)
+def _balanced(costs: tuple[float, ...], p: int) -> tuple[tuple[int, int], ...]:
+    """``balance_stages``, remembered (a plan cuts the same unit costs many times)."""
+    return tuple(balance_stages(list(costs), p))
 
 
 def busy_stages(stage_work_s: list[float]) -> float:
@@ -71,14 +79,17 @@ def balance_stages(costs: list[float], p: int) -> list[tuple[int, int]]:
     cut = [[0] * (n + 1) for _ in range(p + 1)]
     best[0][0] = 0.0
     for k in range(1, p + 1):
+        previous, here, cuts = best[k - 1], best[k], cut[k]  # the same lists, bound once per stage count
         for j in range(k, n - (p - k) + 1):
+            end, least = prefix[j], here[j]
             for i in range(j - 1, k - 2, -1):
-                segment = prefix[j] - prefix[i]
-                if segment >= best[k][j]:
+                segment = end - prefix[i]
+                if segment >= least:
                     break  # longer last stages only cost more
-                value = best[k - 1][i] if best[k - 1][i] > segment else segment
-                if value < best[k][j]:
-                    best[k][j], cut[k][j] = value, i
+                value = previous[i] if previous[i] > segment else segment
+                if value < least:
+                    least, cuts[j] = value, i
+            here[j] = least
     bounds = []
     j = n
     for k in range(p, 0, -1):

@@ -5,6 +5,9 @@ row-parallel matmul; each pair ends in one allreduce of the output activations i
 tensor-parallel group: 2 allreduces per transformer layer in forward (the g operators) and 2 in
 backward (the f operators) (Shoeybi et al. 2019, section 3, Figure 3). The message is the
 layer's output activation, b x s x h elements (``activation_elems`` per sample x micro-batch).
+With sequence parallelism each allreduce becomes a reduce-scatter (g-bar) and an allgather (g) of
+the same activation (Korthikanti et al. 2022, section 4.2.2, Figure 5): the same bytes on a ring,
+two collectives of the library instead of one.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ TP_ALLREDUCES_PER_PASS: dict[str, int] = {
     "gpt2block": 2, "bertlayer": 2, "transformerencoderlayer": 2, "transformerdecoderlayer": 2,
     "attention": 1, "multiheadattention": 1, "mlp": 1,
     "embedding": 1,  # vocabulary-parallel embedding: one allreduce of its output (Megatron)
+    "experts": 1,  # the routed experts' output, reduced as an MLP's (Megatron's expert tensor parallelism)
 }
 """Allreduces per forward (and again per backward) by layer kind (lower case), for tables whose
 rows are whole blocks or sub-blocks."""
 
-REPLICATED_KINDS = ("layernorm", "rmsnorm", "batchnorm2d", "dropout", "core")
+REPLICATED_KINDS = ("layernorm", "rmsnorm", "batchnorm2d", "dropout", "core", "router")
 """Megatron keeps normalisations replicated on every TP rank: no allreduce (Shoeybi et al. 2019, sec. 3)."""
 COLUMN_PARALLEL_NAMES = frozenset({
     "qkv", "q", "k", "v", "query", "key", "value", "q_proj", "k_proj", "v_proj", "c_attn", "in_proj",
@@ -64,14 +68,17 @@ def tp_allreduces_per_pass(layer: Layer) -> int:
     return 1
 
 
-def tp_message_bytes(layer: Layer, micro_batch: int, dtype_bytes: int) -> float:
-    """One allreduce's message: micro_batch x activation_elems x dtype bytes (b s h for a transformer)."""
-    return micro_batch * layer.activation_elems * dtype_bytes
+def tp_message_bytes(layer: Layer, micro_batch: int, dtype_bytes: int, share: float = 1.0) -> float:
+    """One allreduce's message: micro_batch x activation_elems x dtype bytes (b s h for a
+    transformer), x ``share`` (1 / cp: a context-parallel rank holds that share of the sequence)."""
+    return micro_batch * layer.activation_elems * dtype_bytes * share
 
 
-def tp_layer_comm_s(layer: Layer, micro_batch: int, dtype_bytes: int, group: Cluster, spec: CommSpec | None = None) -> float:
-    """Seconds of TP allreduces in one pass (forward or backward) of one layer: count x the
-    library's allreduce of the activation (NCCL inside a node by default)."""
+def tp_layer_comm_s(layer: Layer, micro_batch: int, dtype_bytes: int, group: Cluster, spec: CommSpec | None = None,
+                    sequence_parallel: bool = False, share: float = 1.0) -> float:
+    """Seconds of TP collectives in one pass (forward or backward) of one layer: count x the
+    library's allreduce of the activation (NCCL inside a node by default), or with sequence
+    parallelism count x (its reduce-scatter + its allgather)."""
     count = tp_allreduces_per_pass(layer)
     if group.world_size == 1 or count == 0:
         return 0.0
@@ -79,7 +86,11 @@ def tp_layer_comm_s(layer: Layer, micro_batch: int, dtype_bytes: int, group: Clu
         from sim.costs.backends import default_backend
 
         spec = CommSpec(backend=default_backend(group.gpu))
-    return count * op_cost("allreduce", tp_message_bytes(layer, micro_batch, dtype_bytes), group, spec).time_s
+    n_bytes = tp_message_bytes(layer, micro_batch, dtype_bytes, share)
+    if sequence_parallel:
+        return count * (op_cost("reduce_scatter", n_bytes, group, spec).time_s
+                        + op_cost("allgather", n_bytes, group, spec).time_s)
+    return count * op_cost("allreduce", n_bytes, group, spec).time_s
 
 
 def tp_bytes_per_rank_closed_form(t: int, micro_batch: int, seq_hidden: float, dtype_bytes: int,

@@ -148,6 +148,7 @@ class _Envelope(RankStreams):
 def check_detailed(scenario: Scenario) -> None:
     """Refuse what the detailed mode does not model, naming the alternative (sim.config's
     validate_scenario calls this, so a sweep finds such points before it runs them)."""
+    _refuse_fast_only_fields(scenario)
     n = scenario.cluster.world_size
     engine = scenario.flow_engine
     if engine not in FLOW_ENGINES:
@@ -166,6 +167,20 @@ def check_detailed(scenario: Scenario) -> None:
         check_detailed_pipeline(scenario)
     else:
         check_sync(scenario)
+
+
+def _refuse_fast_only_fields(scenario: Scenario) -> None:
+    """The large-model fields (sim.strategy.LLM_FIELDS) the detailed mode does not simulate per
+    flow: any of them away from its default is refused, naming fidelity fast (attention is each
+    layer's compute, which both modes share)."""
+    from sim.strategy import LLM_FIELDS, Strategy
+
+    default = Strategy()
+    for field in LLM_FIELDS:
+        value, plain = getattr(scenario.strategy, field), getattr(default, field)
+        if field != "attention" and value != plain:
+            raise ConfigError(f"strategy.{field}", value, f"{plain} with simulation.fidelity detailed (the detailed mode "
+                              "does not simulate it per flow; use fidelity: fast)", related=("simulation.fidelity",))
 
 
 def _ring_based(scenario: Scenario) -> bool:

@@ -26,6 +26,7 @@ from collections import defaultdict
 import simpy
 
 from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
+from sim.costs.passes import layer_compute_s, pass_options
 from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync
@@ -107,7 +108,7 @@ class _PipelineRank:
         layers = range(lo, hi) if op == "F" else range(hi - 1, lo - 1, -1)
         tp_members = [run.layout.rank(self.d, self.s, t) for t in range(run.layout.tp)]
         for i in layers:
-            yield env.timeout(run.layer_s[i][0 if op == "F" else 1] / run.layout.tp)
+            yield env.timeout(run.layer_s[i][0 if op == "F" else 1])
             for j in range(run.tp_count[i]):
                 start = env.now
                 yield from run.coll.ring_allreduce(tp_members, self.t, run.tp_bytes[i], ("tp", self.d, self.s, op, mb, i, j))
@@ -155,7 +156,10 @@ class _DetailedPipeline:
         strategy, workload = scenario.strategy, scenario.workload
         dtype_bytes = DTYPE_BYTES[strategy.precision]
         micro_batch = workload.batch_size // strategy.micro_batches
-        self.layer_s = micro_batch_times_s(scenario, micro_batch, dtype_bytes)
+        # each rank's share of a layer's compute, as the fast path splits it (sim.costs.passes)
+        options = pass_options(scenario)
+        self.layer_s = [layer_compute_s(layer, f, b, options) for layer, (f, b) in
+                        zip(workload.layers, micro_batch_times_s(scenario, micro_batch, dtype_bytes), strict=True)]
         tp = strategy.tp
         self.tp_count = [tp_allreduces_per_pass(layer) if tp > 1 else 0 for layer in workload.layers]
         self.tp_bytes = [tp_message_bytes(layer, micro_batch, dtype_bytes) for layer in workload.layers]

@@ -80,4 +80,5 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
         log=tuple(log),
         codec_time_s=sum(plan.bucket_codec_s),
         coordination_time_s=plan.coordination_s,
+        recompute_time_s=plan.recompute_s,
     )

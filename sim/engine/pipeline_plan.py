@@ -1,38 +1,66 @@
-"""What one iteration of a dp x pp x tp layout consists of, costed (pure; no SimPy).
+"""What one iteration of a dp x pp x cp x tp layout consists of, costed (pure; no SimPy).
 
-Per stage: forward and backward seconds of one micro-batch (each tensor-parallel rank does 1/t
-of every layer's work, plus the layer's TP allreduces on the critical path), the send of the
-boundary activation to the next stage (and of its gradient back), the stage's gradient
-synchronisation over its data-parallel group after the flush, and its optimizer step.
+Per stage: forward and backward seconds of one micro-batch (each tensor- and context-parallel rank
+does its share of every layer's work, plus the layer's tensor-parallel collectives, ring
+attention's sends, MoE all-to-alls, ZeRO-3's gathers and any recomputation, as
+``sim.costs.passes.layer_passes`` adds them), the send of the boundary activation to the next
+stage (and of its gradient back), the stage's gradient synchronisation over its data-parallel
+group after the flush (an allreduce, or ZeRO's reduce-scatter), its optimizer step, and ZeRO-1/2's
+allgather of the updated parameters after it. With the interleaved schedule (vpp > 1) a stage
+holds vpp model chunks, each with its own passes and sends (``StagePlan.chunks``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from sim.cluster import Cluster
 from sim.costs.collectives import link_of
-from sim.costs.comm import spec_of
+from sim.costs.comm import CommSpec, op_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.network import message_time_s
-from sim.costs.pipeline import layer_unit, split_units
+from sim.costs.passes import Passes, layer_passes, pass_options
+from sim.costs.pipeline import split_units
 from sim.costs.tensor import tp_layer_comm_s
 from sim.engine.plan import DDP_FIRST_BUCKET_BYTES, assign_buckets, bucket_sync
 from sim.errors import ConfigError
-from sim.parallel import check_placement, dp_group, stage_boundary_link, tp_group
+from sim.parallel import (
+    check_placement,
+    cp_group,
+    ep_group,
+    expert_grad_group,
+    grad_group,
+    stage_pair_link,
+    tp_group,
+)
 from sim.scenario import Scenario
-from sim.strategy import DTYPE_BYTES
+from sim.strategy import DTYPE_BYTES, Strategy
+from sim.workload import Layer
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """One model chunk of an interleaved stage (vpp > 1)."""
+
+    layers: tuple[int, int]
+    fwd_s: float
+    bwd_s: float
+    send_s: float
+    """To the next virtual stage (the next pipeline rank, or from the last rank back to the first)."""
+    send_link: str
+    send_bytes: float
 
 
 @dataclass(frozen=True)
 class StagePlan:
     index: int
     layers: tuple[int, int]
-    """[start, end) layer indices."""
+    """[start, end) layer indices (the first chunk's with vpp > 1)."""
     fwd_s: float
-    """One micro-batch's forward on this stage, TP allreduces included."""
+    """One micro-batch's forward on this stage, TP collectives included."""
     bwd_s: float
     tp_comm_s: float
-    """Of fwd_s + bwd_s, the TP allreduces."""
+    """Of fwd_s + bwd_s, the TP collectives."""
     send_s: float
     """Activation (and, backwards, its gradient) to/from the next stage; 0 for the last stage."""
     send_link: str
@@ -42,6 +70,14 @@ class StagePlan:
     dp_bytes_by_link: dict[str, float]
     optimizer_s: float
     param_count: int
+    model_comm_s: float = 0.0
+    """Of fwd_s + bwd_s: ring attention's exposed sends, MoE all-to-alls, ZeRO-3's exposed gathers."""
+    recompute_s: float = 0.0
+    """Of bwd_s: activation recomputation."""
+    param_gather_s: float = 0.0
+    """ZeRO-1/2: the allgather of the updated parameter shards after the optimizer step."""
+    chunks: tuple[ChunkPlan, ...] = ()
+    """The interleaved schedule's model chunks (vpp > 1); empty: the stage is one chunk."""
 
 
 @dataclass(frozen=True)
@@ -53,58 +89,172 @@ class PipelinePlan:
     tp: int
     tp_bytes_by_link: dict[str, float]
     """Whole cluster, one iteration."""
+    vpp: int = 1
+
+    def virtual_stages(self) -> list[tuple[float, float, float]]:
+        """(forward, backward, send to the next) of each virtual stage k = chunk x pp + stage."""
+        if self.vpp == 1:
+            return [(st.fwd_s, st.bwd_s, st.send_s) for st in self.stages]
+        p = len(self.stages)
+        return [(st.chunks[k // p].fwd_s, st.chunks[k // p].bwd_s, st.chunks[k // p].send_s)
+                for k in range(p * self.vpp) for st in (self.stages[k % p],)]
+
+
+def tp_spec(strategy: Strategy) -> CommSpec:
+    """The TP group's library calls: the strategy's library, its own algorithm choice."""
+    return replace(spec_of(strategy), collective="auto")
+
+
+def kv_send_s(scenario: Scenario, micro_batch: int, dtype_bytes: int, spec: CommSpec | None = None) -> float:
+    """One ring-attention step's send: the rank's keys and values for its seq_len / cp tokens,
+    2 x micro x (s / cp) x d_kv bytes, split over the tensor-parallel ranks that hold different
+    key/value heads (at most kv_heads of them), between neighbours of the context-parallel group."""
+    s, arch = scenario.strategy, scenario.workload.architecture
+    if s.cp == 1 or arch is None:
+        return 0.0
+    n_bytes = 2 * micro_batch * arch.seq_len / s.cp * arch.kv_hidden * dtype_bytes / min(s.tp, arch.kv_heads)
+    group = cp_group(scenario.cluster, s.cp, s.tp)
+    return op_cost("sendrecv", n_bytes, group, spec or tp_spec(s)).time_s
+
+
+def moe_alltoall_s(scenario: Scenario, micro_batch: int, dtype_bytes: int, spec: CommSpec | None = None) -> float:
+    """One MoE dispatch (or combine) all-to-all over the expert-parallel group: each rank sends its
+    tokens' k routed copies (x the capacity factor), micro x (s / cp) / tp x k x h bytes (tokens
+    split over tp by sequence parallelism, which Megatron-LM requires of MoE with tp > 1)."""
+    s, arch = scenario.strategy, scenario.workload.architecture
+    if s.ep == 1 or arch is None or not arch.moe:
+        return 0.0
+    copies = arch.experts_per_token * (s.moe_capacity_factor or 1.0)
+    n_bytes = micro_batch * arch.seq_len / s.cp / s.tp * copies * arch.hidden * dtype_bytes
+    group = ep_group(scenario.cluster, s.ep, s.tp, s.pp, s.cp)
+    return op_cost("alltoall", n_bytes, group, spec or tp_spec(s)).time_s
+
+
+def param_shares(layers: tuple[Layer, ...] | list[Layer], lo: int, hi: int, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, expert) parameters one rank holds of layers [lo, hi): dense split over tp, the
+    experts over tp x ep."""
+    dense = experts = 0.0
+    for layer in layers[lo:hi]:
+        if layer.kind == "Experts":
+            experts += layer.param_count / (tp * ep)
+        else:
+            dense += layer.param_count / tp
+    return dense, experts
+
+
+def zero3_unit_comm(scenario: Scenario, spec: CommSpec | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """ZeRO-3: per unit, the allgather of its parameters and the reduce-scatter of its gradients
+    (each rank's tp/ep share, in the compute precision) over the ranks that shard it."""
+    s, w, c = scenario.strategy, scenario.workload, scenario.cluster
+    dp = s.dp_degree(c.world_size)
+    if s.zero_stage < 3 or dp * s.cp == 1:
+        return {}, {}
+    dtype = DTYPE_BYTES[s.precision]
+    spec = spec or spec_of(s)
+    dense_group = grad_group(c, dp, s.tp, s.pp, s.cp)
+    expert_group = expert_grad_group(c, dp, s.ep, s.tp, s.pp, s.cp) if s.ep > 1 else dense_group
+    spans: dict[str, list[int]] = {}
+    for i, unit in enumerate(w.layer_units):
+        spans.setdefault(unit, []).append(i)
+    gather, scatter = {}, {}
+    for unit, members in spans.items():
+        dense, experts = param_shares(w.layers, members[0], members[-1] + 1, s.tp, s.ep)
+        g = r = 0.0
+        for count, group in ((dense, dense_group), (experts, expert_group)):
+            if count > 0 and group.world_size > 1:
+                g += op_cost("allgather", count * dtype, group, spec).time_s
+                r += op_cost("reduce_scatter", count * dtype, group, spec).time_s
+        gather[unit], scatter[unit] = g, r
+    return gather, scatter
 
 
 def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
-    tp, pp, m = strategy.tp, strategy.pp, strategy.micro_batches
+    tp, pp, m, cp, v = strategy.tp, strategy.pp, strategy.micro_batches, strategy.cp, strategy.vpp
     dp = strategy.dp_degree(cluster.world_size)
-    check_placement(cluster, tp, pp)
+    check_placement(cluster, tp, pp, cp)
     dtype_bytes = DTYPE_BYTES[strategy.precision]
     micro_batch = workload.batch_size // m
-    times = micro_batch_times_s(scenario, micro_batch, dtype_bytes)
-    tp_cluster = tp_group(cluster, tp)
-    dp_cluster = dp_group(cluster, dp, tp, pp)
-    tp_spec = replace(spec_of(strategy), collective="auto")
-    tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, tp_cluster, tp_spec) for layer in workload.layers]
-    fwd = [f / tp + c for (f, _), c in zip(times, tp_comm, strict=True)]
-    bwd = [b / tp + c for (_, b), c in zip(times, tp_comm, strict=True)]
-    bounds = stage_bounds(scenario, [f + b for f, b in zip(fwd, bwd, strict=True)])
+    passes = scenario_passes(scenario, micro_batch, dtype_bytes)
+    bounds = chunk_bounds(scenario, [f + b for f, b in zip(passes.fwd_s, passes.bwd_s, strict=True)])
     # the framework's own cost per micro-batch pass per stage (strategy.pipeline_overhead_s,
     # calibrated by real/pipeline_bench.py): stage pass = its layers + overhead
     over_s = strategy.pipeline_overhead_s
+    sends = [_chunk_send(scenario, bounds, k, micro_batch, dtype_bytes, dp) for k in range(len(bounds))]
     stages = []
-    for s, (lo, hi) in enumerate(bounds):
-        params = sum(layer.param_count for layer in workload.layers[lo:hi])
-        shard_params = params / tp
-        send_bytes, send_s, link = 0.0, 0.0, "intra"
-        if s < pp - 1:
-            link = stage_boundary_link(cluster, dp, tp, pp, s)
-            # the stage's output: the last of its layers that has an activation (a positional
-            # embedding added in place lists none)
-            out_elems = next((x.activation_elems for x in reversed(workload.layers[lo:hi]) if x.activation_elems), 0.0)
-            send_bytes = micro_batch * out_elems * dtype_bytes
-            # each TP rank sends its 1/t slice; on the network the t slices share the node's NICs
-            load = 1.0 if link == "intra" else tp * cluster.oversubscription / cluster.nics_per_node
-            send_s = message_time_s(send_bytes / tp, link_of(cluster, link), load)
-        dp_s, codec_s, dp_bytes = _stage_dp_sync(scenario, lo, hi, dp_cluster)
+    for s in range(pp):
+        mine = list(range(s, len(bounds), pp))
+        chunks = tuple(ChunkPlan(layers=bounds[k], fwd_s=sum(passes.fwd_s[slice(*bounds[k])]) + over_s,
+                                 bwd_s=sum(passes.bwd_s[slice(*bounds[k])]) + over_s, send_s=sends[k][0],
+                                 send_link=sends[k][1], send_bytes=sends[k][2]) for k in mine)
+        layer_ids = [i for k in mine for i in range(*bounds[k])]
+        params = sum(workload.layers[i].param_count for i in layer_ids)
+        sync_s, codec_s, dp_bytes, gather_s = stage_sync(scenario, [bounds[k] for k in mine])
+        first = chunks[0]
         stages.append(StagePlan(
-            index=s, layers=(lo, hi), fwd_s=sum(fwd[lo:hi]) + over_s, bwd_s=sum(bwd[lo:hi]) + over_s,
-            tp_comm_s=2 * sum(tp_comm[lo:hi]), send_s=send_s, send_link=link, send_bytes=send_bytes,
-            dp_sync_s=dp_s, codec_s=codec_s, dp_bytes_by_link=dp_bytes,
-            optimizer_s=workload_optimizer_time_s(workload, shard_params, dtype_bytes, cluster.gpu),
+            index=s, layers=first.layers, fwd_s=sum(ch.fwd_s for ch in chunks), bwd_s=sum(ch.bwd_s for ch in chunks),
+            tp_comm_s=sum(passes.tp_comm_s[i] for i in layer_ids),
+            send_s=first.send_s if v == 1 else max(ch.send_s for ch in chunks),
+            send_link=first.send_link, send_bytes=first.send_bytes if v == 1 else sum(ch.send_bytes for ch in chunks),
+            dp_sync_s=sync_s, codec_s=codec_s, dp_bytes_by_link=dp_bytes,
+            optimizer_s=workload_optimizer_time_s(workload, optimizer_params(scenario, [bounds[k] for k in mine]),
+                                                  dtype_bytes, cluster.gpu),
             param_count=params,
+            model_comm_s=sum(passes.model_comm_s[i] for i in layer_ids),
+            recompute_s=sum(passes.recompute_s[i] for i in layer_ids),
+            param_gather_s=gather_s,
+            chunks=chunks if v > 1 else (),
         ))
-    return PipelinePlan(tuple(stages), m, strategy.schedule, dp, tp, _tp_bytes(scenario, micro_batch, dtype_bytes, tp_cluster))
+    return PipelinePlan(tuple(stages), m, strategy.schedule, dp, tp,
+                        _tp_bytes(scenario, micro_batch, dtype_bytes, tp_group(cluster, tp)), vpp=v)
 
 
-def stage_bounds(scenario: Scenario, times_s: list[float] | None = None) -> list[tuple[int, int]]:
-    """[start, end) zoo-layer indices of each pipeline stage, cut between top-level modules
-    (``layer_unit``) by ``strategy.stage_balance``: time (``times_s``, one micro-batch's forward +
-    backward per layer; the simulator's own when None), flops (forward + backward FLOPs) or params.
-    The real harness calls this too (real/strategies/pipeline.py), so both run the same stages."""
+def scenario_passes(scenario: Scenario, micro_batch: int, dtype_bytes: int) -> Passes:
+    """Every layer's forward and backward on one rank for one micro-batch (sim.costs.passes)."""
+    s, cluster = scenario.strategy, scenario.cluster
+    times = micro_batch_times_s(scenario, micro_batch, dtype_bytes)
+    group = tp_group(cluster, s.tp)
+    spec = tp_spec(s)
+    sp = s.sequence_parallel and s.tp > 1
+    tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, group, spec, sp, 1 / s.cp) for layer in scenario.workload.layers]
+    gather, scatter = zero3_unit_comm(scenario)
+    return layer_passes(scenario.workload.layers, times, pass_options(scenario), tp_comm,
+                        kv_send_s(scenario, micro_batch, dtype_bytes), moe_alltoall_s(scenario, micro_batch, dtype_bytes),
+                        gather, scatter, scenario.workload.layer_units)
+
+
+def chunk_bounds(scenario: Scenario, times_s: list[float] | None = None) -> list[tuple[int, int]]:
+    """[start, end) layers of each of the pp x vpp model chunks (``stage_bounds`` cut in pp x vpp)."""
+    return stage_bounds(scenario, times_s, chunks=scenario.strategy.pp * scenario.strategy.vpp)
+
+
+def _chunk_send(scenario: Scenario, bounds: list[tuple[int, int]], k: int, micro_batch: int, dtype_bytes: int,
+                dp: int) -> tuple[float, str, float]:
+    """(seconds, link, bytes) of virtual stage k's activation to virtual stage k + 1 (none after the last)."""
+    s, cluster, layers = scenario.strategy, scenario.cluster, scenario.workload.layers
+    pp, tp, cp = s.pp, s.tp, s.cp
+    if k == len(bounds) - 1:
+        return 0.0, "intra", 0.0
+    lo, hi = bounds[k]
+    link = stage_pair_link(cluster, dp, tp, pp, k % pp, (k + 1) % pp, cp)
+    # the chunk's output: the last of its layers that has an activation (a positional embedding
+    # added in place lists none); each TP (and CP) rank sends its slice
+    out_elems = next((x.activation_elems for x in reversed(layers[lo:hi]) if x.activation_elems), 0.0)
+    send_bytes = micro_batch * out_elems * dtype_bytes / cp
+    # on the network the tp x cp slices of a stage share the node's NICs
+    load = 1.0 if link == "intra" else tp * cp * cluster.oversubscription / cluster.nics_per_node
+    return message_time_s(send_bytes / tp, link_of(cluster, link), load), link, send_bytes
+
+
+def stage_bounds(scenario: Scenario, times_s: list[float] | None = None, chunks: int | None = None) -> list[tuple[int, int]]:
+    """[start, end) zoo-layer indices of each pipeline stage (or of ``chunks`` model chunks), cut
+    between top-level modules (``layer_unit``) by ``strategy.stage_balance``: time (``times_s``, one
+    micro-batch's forward + backward per layer; the simulator's own when None), flops (forward +
+    backward FLOPs) or params. The real harness calls this too (real/strategies/pipeline.py), so
+    both run the same stages."""
     workload, strategy = scenario.workload, scenario.strategy
     layers = workload.layers
+    pieces = chunks or strategy.pp
     if strategy.stage_balance == "params":
         costs = [float(layer.param_count) for layer in layers]
     elif strategy.stage_balance == "flops":
@@ -112,14 +262,18 @@ def stage_bounds(scenario: Scenario, times_s: list[float] | None = None) -> list
     else:
         if times_s is None:
             micro = workload.batch_size // strategy.micro_batches
-            times_s = [f + b for f, b in micro_batch_times_s(scenario, micro, DTYPE_BYTES[strategy.precision])]
+            passes = scenario_passes(scenario, micro, DTYPE_BYTES[strategy.precision])
+            times_s = [f + b for f, b in zip(passes.fwd_s, passes.bwd_s, strict=True)]
         costs = list(times_s)
-    units = [layer_unit(layer.name) for layer in layers]
-    count = len(dict.fromkeys(units))
-    if strategy.pp > count:
-        raise ConfigError("strategy.pp", strategy.pp, f"at most {workload.name}'s {count} top-level modules "
-                          "(stages are cut between them)")
-    return split_units(costs, units, strategy.pp)
+    units = workload.layer_units
+    count = len(workload.unit_names)
+    if pieces > count:
+        if pieces == strategy.pp:
+            raise ConfigError("strategy.pp", strategy.pp, f"at most {workload.name}'s {count} top-level modules "
+                              "(stages are cut between them)")
+        raise ConfigError("strategy.vpp", strategy.vpp, f"a vpp with pp x vpp at most {workload.name}'s {count} "
+                          "top-level modules (model chunks are cut between them)")
+    return split_units(costs, units, pieces)
 
 
 def micro_batch_times_s(scenario: Scenario, micro_batch: int, dtype_bytes: int) -> list[tuple[float, float]]:
@@ -132,24 +286,79 @@ def micro_batch_times_s(scenario: Scenario, micro_batch: int, dtype_bytes: int) 
             for layer, (f, b) in zip(workload.layers, times, strict=True)]
 
 
-def _stage_dp_sync(scenario: Scenario, lo: int, hi: int, group) -> tuple[float, float, dict[str, float]]:
-    """The stage's gradient shard (params / t) reduced over its DP group in DDP buckets, after the flush."""
-    strategy, cluster = scenario.strategy, scenario.cluster
-    per_param = strategy.grad_bytes_per_param / strategy.tp
-    grads = [scenario.workload.layers[i].param_count * per_param for i in range(hi - 1, lo - 1, -1)]
-    total_s = codec_s = 0.0
+def optimizer_params(scenario: Scenario, chunks: list[tuple[int, int]]) -> float:
+    """Parameters one rank updates: its tp/ep share, divided by the ZeRO shard (dp x cp, the
+    experts' dp x cp / ep) from stage 1."""
+    s, w = scenario.strategy, scenario.workload
+    dense_sum, expert_sum = w.param_prefix
+    dense_count = sum(dense_sum[hi] - dense_sum[lo] for lo, hi in chunks)
+    expert_count = sum(expert_sum[hi] - expert_sum[lo] for lo, hi in chunks)
+    if s.ep == 1 and not s.zero_stage:
+        return (dense_count + expert_count) / s.tp
+    dense, experts = dense_count / s.tp, expert_count / (s.tp * s.ep)
+    if s.zero_stage >= 1:
+        dp = s.dp_degree(scenario.cluster.world_size)
+        dense, experts = dense / max(1, dp * s.cp), experts / max(1, dp * s.cp // s.ep)
+    return dense + experts
+
+
+def stage_sync(scenario: Scenario, chunks: list[tuple[int, int]], sync_fn=None,
+               groups: tuple[Cluster, Cluster] | None = None) -> tuple[float, float, dict[str, float], float]:
+    """(sync seconds, codec seconds, bytes by link, ZeRO-1/2 parameter gather seconds) of a stage's
+    gradients after its flush, in DDP buckets (backward order): allreduced (stage 0) or
+    reduce-scattered (ZeRO-1/2) over the ranks that hold the same parameters (dp x cp; the experts'
+    dp x cp / ep); ZeRO-1/2 then allgather the updated parameter shards; ZeRO-3 reduce-scatters in
+    backward (sim.costs.passes) and has nothing left here. ``sync_fn(n_bytes, group, op)`` and
+    ``groups``: the planner's caches (default: the library's costs)."""
+    strategy, cluster, workload = scenario.strategy, scenario.cluster, scenario.workload
+    dp = strategy.dp_degree(cluster.world_size)
+    tp, pp, cp, ep, stage = strategy.tp, strategy.pp, strategy.cp, strategy.ep, strategy.zero_stage
     by_link = {"intra": 0.0, "inter": 0.0}
-    for bucket in assign_buckets(grads, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES):
-        t, c, b = bucket_sync(sum(grads[i] for i in bucket), group, strategy, cluster.gpu)
-        total_s += t
-        codec_s += c
-        for k, v in b.items():
-            by_link[k] = by_link.get(k, 0.0) + v
-    return total_s, codec_s, by_link
+    if stage >= 3 or dp * cp == 1:
+        return 0.0, 0.0, by_link, 0.0
+    if groups is None:
+        dense_group = grad_group(cluster, dp, tp, pp, cp)
+        groups = (dense_group, expert_grad_group(cluster, dp, ep, tp, pp, cp) if ep > 1 else dense_group)
+    sync_fn = sync_fn or (lambda n, g, op: _sync(n, g, op, strategy, cluster))
+    op = "reduce_scatter" if stage else "allreduce"
+    per_param = strategy.grad_bytes_per_param
+    order = [i for lo, hi in reversed(chunks) for i in range(hi - 1, lo - 1, -1)]
+    total_s = codec_s = gather_s = 0.0
+    for expert_part, group in ((False, groups[0]), (True, groups[1])):
+        share = per_param / (tp * ep) if expert_part else per_param / tp
+        grads = [workload.layers[i].param_count * share if (workload.layers[i].kind == "Experts") == expert_part
+                 else 0.0 for i in order]
+        if expert_part and not any(grads):
+            continue
+        if group.world_size == 1:
+            continue
+        for bucket in assign_buckets(grads, strategy.bucket_bytes, DDP_FIRST_BUCKET_BYTES):
+            t, c, b = sync_fn(sum(grads[i] for i in bucket), group, op)
+            total_s += t
+            codec_s += c
+            for k, x in b.items():
+                by_link[k] = by_link.get(k, 0.0) + x
+        if stage:
+            t, _, b = sync_fn(sum(grads), group, "allgather")  # parameters in the compute precision, as the gradients
+            gather_s += t
+            for k, x in b.items():
+                by_link[k] = by_link.get(k, 0.0) + x
+    return total_s, codec_s, by_link, gather_s
+
+
+def _sync(n_bytes: float, group: Cluster, op: str, strategy: Strategy, cluster: Cluster) -> tuple[float, float, dict[str, float]]:
+    """One bucket's (or ZeRO's gather's) seconds, codec seconds and bytes by link."""
+    if op == "allreduce":
+        return bucket_sync(n_bytes, group, strategy, cluster.gpu)
+    if n_bytes <= 0:
+        return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
+    cost = op_cost(op, n_bytes, group, spec_of(strategy))
+    return cost.time_s, 0.0, dict(cost.bytes_by_link)
 
 
 def _tp_bytes(scenario: Scenario, micro_batch: int, dtype_bytes: int, group) -> dict[str, float]:
-    """Bytes of all TP allreduces in the cluster per iteration: per group x groups x 2 passes x m."""
+    """Bytes of all TP allreduces in the cluster per iteration: per group x groups x 2 passes x m
+    (a reduce-scatter and an allgather move what one ring allreduce moves)."""
     from sim.costs.collectives import bytes_by_link, ring_allreduce
     from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 
@@ -162,8 +371,8 @@ def _tp_bytes(scenario: Scenario, micro_batch: int, dtype_bytes: int, group) -> 
         count = tp_allreduces_per_pass(layer)
         if count == 0:
             continue
-        per = bytes_by_link(ring_allreduce(tp_message_bytes(layer, micro_batch, dtype_bytes), group))
+        per = bytes_by_link(ring_allreduce(tp_message_bytes(layer, micro_batch, dtype_bytes, 1 / strategy.cp), group))
         for k, v in per.items():
-            # each group holds 1/pp of the layers; all groups together cover each layer dp times
+            # each group holds 1/pp of the layers; all groups together cover each layer dp x cp times
             totals[k] += v * count * 2 * strategy.micro_batches * groups / strategy.pp
     return totals

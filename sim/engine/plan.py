@@ -13,7 +13,7 @@ from sim.cluster import Cluster
 from sim.codecs import CODECS
 from sim.costs.codecs import CompressedSync, compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s
-from sim.costs.comm import allreduce_cost, spec_of
+from sim.costs.comm import allreduce_cost, op_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.contention import comm_compute_slowdown
 from sim.costs.coordination import NEGOTIATIONS
@@ -24,6 +24,7 @@ from sim.costs.ps import (
     round_robin_placement,
     server_bytes,
 )
+from sim.costs.passes import layer_passes, pass_options
 from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
@@ -71,6 +72,11 @@ class IterationPlan:
     coordination_s: float = 0.0
     """The framework's coordination per iteration on its own thread (Horovod's negotiation:
     sim.costs.coordination), overlapped or not; what it delays shows in the release times."""
+    param_gather_s: float = 0.0
+    """ZeRO-1/2: the allgather of the updated parameter shards after the optimizer step (DeepSpeed
+    stage 1/2's all_gather of the partitions after step; not overlapped)."""
+    recompute_s: float = 0.0
+    """Of sum(bwd_s): activation recomputation."""
 
     @property
     def compute_s(self) -> float:
@@ -185,12 +191,35 @@ def negotiation_of(strategy: Strategy, cluster: Cluster, tensors: int):
         return None
     link = cluster.inter_link if cluster.nodes > 1 else cluster.intra_link
     return NEGOTIATIONS[strategy.negotiation](cluster.world_size, tensors, link.alpha_s)
+def zero_bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy) -> tuple[float, float, dict[str, float]]:
+    """ZeRO-1/2's bucket: a reduce-scatter of the gradients (each rank keeps the shard it updates),
+    (Rajbhandari et al. 2020 section 5.1; DeepSpeed stage 1/2 reduce_scatter of each bucket)."""
+    if cluster.world_size == 1 or n_bytes <= 0:
+        return 0.0, 0.0, {"intra": 0.0, "inter": 0.0}
+    cost = op_cost("reduce_scatter", n_bytes, cluster, spec_of(strategy))
+    return cost.time_s, 0.0, dict(cost.bytes_by_link)
+
+
+def param_gather_cost(n_bytes: float, cluster: Cluster, strategy: Strategy) -> tuple[float, dict[str, float]]:
+    """ZeRO-1/2 after the step: every rank's updated shard allgathered (``n_bytes``: the whole
+    parameters in the compute precision, nccl-tests' allgather size)."""
+    if cluster.world_size == 1 or n_bytes <= 0:
+        return 0.0, {"intra": 0.0, "inter": 0.0}
+    cost = op_cost("allgather", n_bytes, cluster, spec_of(strategy))
+    return cost.time_s, dict(cost.bytes_by_link)
+
+
+def data_parallel_passes(scenario: Scenario, times: list[tuple[float, float]]):
+    """The whole batch's layer passes on one rank (sim.costs.passes with tp = cp = 1: FlashAttention's
+    backward, recomputation)."""
+    return layer_passes(scenario.workload.layers, times, pass_options(scenario), units=scenario.workload.layer_units)
 
 
 def build_plan(scenario: Scenario) -> IterationPlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
     dtype_bytes = DTYPE_BYTES[strategy.precision]
-    times = layer_times_s(workload, cluster.gpu, strategy.precision, dtype_bytes)
+    passes = data_parallel_passes(scenario, layer_times_s(workload, cluster.gpu, strategy.precision, dtype_bytes))
+    times = list(zip(passes.fwd_s, passes.bwd_s, strict=True))
     n_layers = len(workload.layers)
     backward_order = list(range(n_layers - 1, -1, -1))
     grad_bytes = [workload.layers[i].param_count * strategy.grad_bytes_per_param for i in backward_order]
@@ -216,6 +245,8 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         if whole_model_ps:
             t, t_codec, by_link = _placed_ps_sync([workload.layers[i].param_count * strategy.grad_bytes_per_param
                                                    for i in range(n_layers)], cluster, strategy)
+        elif strategy.zero_stage:
+            t, t_codec, by_link = zero_bucket_sync(n_bytes, cluster, strategy)
         else:
             held = None if placed is None else server_bytes(placed, positions, ps_servers_of(strategy, cluster))
             t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu, held)
@@ -232,6 +263,12 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         offsets = negotiation.release_offsets_s(len(release))
         release = [r + o for r, o in zip(release, offsets, strict=True)]
         coordination = negotiation.total_s(len(release))
+    updated = workload.param_count / cluster.world_size if strategy.zero_stage else workload.param_count
+    gather_s = 0.0
+    if strategy.zero_stage:
+        gather_s, gathered = param_gather_cost(workload.param_count * dtype_bytes, cluster, strategy)
+        if link_bytes:  # counted with the last bucket's bytes (the lists stay one entry per bucket)
+            link_bytes[-1] = {k: link_bytes[-1].get(k, 0.0) + gathered.get(k, 0.0) for k in ("intra", "inter")}
     return IterationPlan(
         layer_names=tuple(layer.name for layer in workload.layers),
         fwd_s=tuple(t[0] for t in times),
@@ -239,7 +276,7 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         buckets=tuple(buckets),
         bucket_comm_s=tuple(comm_s),
         bucket_bytes_by_link=tuple(link_bytes),
-        optimizer_s=workload_optimizer_time_s(workload, workload.param_count, dtype_bytes, cluster.gpu),
+        optimizer_s=workload_optimizer_time_s(workload, updated, dtype_bytes, cluster.gpu),
         overlap=strategy.overlap,
         bucket_codec_s=tuple(codec_s),
         bucket_encode_s=tuple(encode_s) if any(encode_s) else (),
@@ -250,4 +287,6 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         + (strategy.inter_node_overhead_s if cluster.nodes > 1 else 0.0),
         double_buffering=strategy.double_buffering,
         coordination_s=coordination,
+        param_gather_s=gather_s,
+        recompute_s=sum(passes.recompute_s),
     )

@@ -77,6 +77,10 @@ class RankStreams:
         self._span("compute", "optimizer step", start)
         if plan.double_buffering:
             yield self.comm_done
+        if plan.param_gather_s > 0:  # ZeRO-1/2: the updated shards, allgathered before the next forward
+            start = env.now
+            yield env.timeout(plan.param_gather_s)
+            self._span("comm", "parameter allgather", start)
         if plan.iteration_overhead_s > 0:
             start = env.now
             yield env.timeout(plan.iteration_overhead_s)

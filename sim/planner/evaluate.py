@@ -29,14 +29,25 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.cluster import Cluster
-from sim.costs.collectives import link_of
-from sim.costs.comm import spec_of
+from sim.costs.comm import op_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
-from sim.costs.network import message_time_s
+from sim.costs.passes import Passes, layer_passes, pass_options
 from sim.costs.tensor import tp_allreduces_per_pass, tp_layer_comm_s
 from sim.engine.fast import run_fast
 from sim.engine.pipeline import run_pipeline
-from sim.engine.pipeline_plan import PipelinePlan, StagePlan, micro_batch_times_s, stage_bounds
+from sim.engine.pipeline_plan import (
+    PipelinePlan,
+    StagePlan,
+    _chunk_send,
+    chunk_bounds,
+    kv_send_s,
+    micro_batch_times_s,
+    moe_alltoall_s,
+    optimizer_params,
+    stage_sync,
+    tp_spec,
+    zero3_unit_comm,
+)
 from sim.engine.plan import (
     DDP_FIRST_BUCKET_BYTES,
     Bucket,
@@ -44,9 +55,12 @@ from sim.engine.plan import (
     assign_buckets,
     bucket_encode_s,
     bucket_sync,
+    data_parallel_passes,
+    param_gather_cost,
+    zero_bucket_sync,
 )
 from sim.memory import memory_per_rank
-from sim.parallel import dp_group, stage_boundary_link, tp_group
+from sim.parallel import expert_grad_group, grad_group, tp_group
 from sim.planner.flush import flush_ends
 from sim.planner.request import PlanRequest
 from sim.planner.space import Layout, Sync
@@ -68,6 +82,8 @@ class Outcome:
     pp_comm_time_s: float
     comm_time_s: float
     memory_bytes: float
+    model_comm_time_s: float = 0.0
+    recompute_time_s: float = 0.0
 
 
 class Rejection(Exception):
@@ -84,7 +100,15 @@ def candidate_strategy(base: Strategy, layout: Layout, sync: Sync) -> Strategy:
     return replace(base, kind="hybrid" if model_parallel else "data_parallel", tp=layout.tp, pp=layout.pp, dp=None,
                    micro_batches=layout.micro_batches, schedule=layout.schedule, backend=sync.backend,
                    collective=sync.collective, codec=sync.codec, codec_path=sync.codec_path,
-                   bucket_bytes=sync.bucket_bytes)
+                   bucket_bytes=sync.bucket_bytes, cp=layout.cp, vpp=layout.vpp, ep=layout.ep,
+                   sequence_parallel=layout.sequence_parallel, zero_stage=layout.zero_stage,
+                   recompute=layout.recompute)
+
+
+def is_pipelined(layout: Layout) -> bool:
+    """sim.simulate.pipelined for a layout: the pipeline engine, or the data-parallel fast path."""
+    return (layout.tp > 1 or layout.pp > 1 or layout.micro_batches > 1 or layout.cp > 1 or layout.ep > 1
+            or layout.zero_stage >= 3)
 
 
 FLUSHES = ("replay", "simpy")
@@ -129,6 +153,12 @@ class Evaluator:
         return Scenario(name=f"plan-{self.request.workload.name}", workload=self.workload(layout.batch),
                         cluster=self.cluster(layout.gpus), strategy=candidate_strategy(self.request.strategy, layout, sync))
 
+    def _backend_scenario(self, layout: Layout, backend: str) -> Scenario:
+        """The layout's scenario with its library and no synchronisation choices (what its passes,
+        stage cut and memory depend on)."""
+        return self._get(("scenario", layout, backend), lambda: self.scenario(
+            layout, Sync.of(backend, "auto", None, None, self.request.bucket_mib[0])))
+
     def _comm_strategy(self, sync: Sync) -> Strategy:
         key = ("comm", sync.backend, sync.collective, sync.codec, sync.codec_path)
         return self._get(key, lambda: replace(self.request.strategy, backend=sync.backend, collective=sync.collective,
@@ -144,6 +174,12 @@ class Evaluator:
             self._cache[key] = (t, codec_s)
             return t, codec_s
 
+    def _op_s(self, op: str, n_bytes: float, group_key: tuple, group: Cluster, backend: str) -> float:
+        """A reduce-scatter or allgather through the library's own algorithm (ZeRO's)."""
+        key = ("op", op, n_bytes, group_key, backend)
+        return self._get(key, lambda: 0.0 if group.world_size == 1 or n_bytes <= 0 else op_cost(
+            op, n_bytes, group, spec_of(replace(self.request.strategy, backend=backend))).time_s)
+
     def _encode_s(self, n_bytes: float, group_key: tuple, group: Cluster, sync: Sync) -> float:
         """The codec work before a bucket's collective (``bucket_encode_s``; 0 without a codec)."""
         if sync.codec is None:
@@ -151,12 +187,19 @@ class Evaluator:
         key = ("encode", n_bytes, group_key, sync.backend, sync.collective, sync.codec, sync.codec_path)
         return self._get(key, lambda: bucket_encode_s(n_bytes, group, self._comm_strategy(sync), self.gpu))
 
-    def _memory(self, layout: Layout, sync: Sync, bounds: tuple[tuple[int, int], ...]) -> float:
-        # the codec's buffers are the only part the synchronisation changes (sim.memory._codec_bytes)
+    def memory(self, layout: Layout, sync: Sync, bounds: tuple[tuple[int, int], ...]) -> float:
+        """The fullest rank's bytes (sim.memory.memory_per_rank with the stage cut given)."""
+        # the codec's buffers are the only part the synchronisation changes (sim.memory._codec_bytes),
+        # the library only NCCL's buffers
         codec = (sync.codec, sync.codec_path, sync.bucket_bytes) if sync.codec and layout.dp > 1 else None
-        key = ("memory", layout.tp, layout.pp, layout.dp, layout.batch, layout.micro_batches, layout.schedule, bounds,
-               codec, sync.collective == "ps")
+        key = ("memory", layout, bounds, codec, sync.collective == "ps", sync.backend == "nccl")
         return self._get(key, lambda: max(b.total_bytes for b in memory_per_rank(self.scenario(layout, sync), list(bounds))))
+
+    def bounds(self, layout: Layout, backend: str) -> tuple[tuple[int, int], ...]:
+        """The model chunks' [start, end) layers (one chunk of everything without a pipeline path)."""
+        if not is_pipelined(layout):
+            return ((0, len(self.layers)),)
+        return self._bounds(layout, backend)
 
     # -- a candidate ------------------------------------------------------------------------
 
@@ -164,9 +207,9 @@ class Evaluator:
         """The candidate's iteration; ``Rejection`` if it does not fit or its library refuses it."""
         from sim.errors import ConfigError
 
-        pipelined = layout.tp > 1 or layout.pp > 1 or layout.micro_batches > 1
-        bounds = self._bounds(layout, sync.backend) if pipelined else ((0, len(self.layers)),)
-        memory = self._memory(layout, sync, bounds)
+        pipelined = is_pipelined(layout)
+        bounds = self.bounds(layout, sync.backend)
+        memory = self.memory(layout, sync, bounds)
         if memory > self.request.memory_limit_bytes:
             raise Rejection("memory", f"{layout.label()}: {memory / 2**30:.1f} GiB per GPU", memory)
         try:
@@ -174,12 +217,50 @@ class Evaluator:
         except ConfigError as err:
             raise Rejection("library", str(err), memory) from None
 
+    def lower_bound_s(self, layout: Layout, backend: str) -> float:
+        """An iteration can be no shorter than this whatever its synchronisation (gradient
+        synchronisation and ZeRO's gathers only add time). Data-parallel path: forward + backward +
+        optimizer. Pipeline path, without simulating the flush: each stage computes m micro-batches,
+        m (F_s + B_s), before its optimizer step; and (one chunk per stage) stage s cannot start
+        before micro-batch 0's forwards reach it, sum_{j<s} f_j, nor can stage 0 end before the
+        last gradient returns through the stages below s, sum_{j<s} b_j, then steps."""
+        if not is_pipelined(layout):
+            passes = self._dp_passes(layout)
+            return sum(passes.fwd_s) + sum(passes.bwd_s) + self._dp_optimizer_s(layout)
+        bounds = self._bounds(layout, backend)
+        stages = self._stages(layout, backend, bounds)
+        p, m = layout.pp, layout.micro_batches
+        opt = [self._optimizer_s(layout, bounds[s::p]) for s in range(p)]
+        busy = [m * sum(st[0] + st[1] for st in stages[s::p]) for s in range(p)]
+        bound = max(b + o for b, o in zip(busy, opt, strict=True))
+        if layout.vpp == 1:
+            ahead = behind = 0.0
+            for s in range(p):
+                bound = max(bound, ahead + busy[s] + behind + opt[0])
+                ahead += stages[s][0]
+                behind += stages[s][1]
+        return bound
+
     # -- data parallelism, one micro-batch: sim.engine.plan.build_plan + run_fast ------------
+
+    def _dp_passes(self, layout: Layout) -> Passes:
+        key = ("dp_passes", layout.batch, layout.recompute)
+
+        def make():
+            times = self._get(("layer_times", layout.batch), lambda: layer_times_s(
+                self.workload(layout.batch), self.gpu, self.request.precision, self.dtype_bytes))
+            return data_parallel_passes(self._backend_scenario(layout, self.request.backends[0]), times)
+
+        return self._get(key, make)
+
+    def _dp_optimizer_s(self, layout: Layout) -> float:
+        params = self.request.workload.param_count
+        updated = params / layout.gpus if layout.zero_stage else params
+        return workload_optimizer_time_s(self.workload(layout.batch), updated, self.dtype_bytes, self.gpu)
 
     def _data_parallel(self, layout: Layout, sync: Sync, memory: float) -> Outcome:
         request, layers = self.request, self.layers
-        times = self._get(("layer_times", layout.batch), lambda: layer_times_s(
-            self.workload(layout.batch), self.gpu, request.precision, self.dtype_bytes))
+        passes = self._dp_passes(layout)
         n = len(layers)
         backward_order = list(range(n - 1, -1, -1))
         per_param = request.strategy.grad_bytes_per_param
@@ -191,16 +272,24 @@ class Evaluator:
         for positions in groups:
             n_bytes = sum(grad_bytes[p] for p in positions)
             t, c, e = 0.0, 0.0, 0.0
-            if layout.gpus > 1:
+            if layout.zero_stage:
+                t = self._get(("zero_bucket", n_bytes, layout.gpus, sync.backend),
+                              lambda n=n_bytes: zero_bucket_sync(n, cluster, self._comm_strategy(sync))[0])
+            elif layout.gpus > 1:
                 t, c = self._sync_s(n_bytes, ("all", layout.gpus), cluster, sync)
                 e = self._encode_s(n_bytes, ("all", layout.gpus), cluster, sync)
-            comm.append(t - e)
+            comm.append(t - e if not layout.zero_stage else t)
             codec.append(c)
             encode.append(e)
         # a calibration's overheads, where the layout has several GPUs / spans nodes (as sim.engine.plan)
         overhead = ((request.strategy.multi_gpu_overhead_s if layout.gpus > 1 else 0.0)
                     + (request.strategy.inter_node_overhead_s if cluster.nodes > 1 else 0.0))
-        key = ("fast", layout.batch, sync.bucket_bytes, tuple(comm), tuple(encode), overhead)
+        gather_s = 0.0
+        if layout.zero_stage:
+            gather_s = self._get(("zero_gather", layout.gpus, sync.backend), lambda: param_gather_cost(
+                request.workload.param_count * self.dtype_bytes, cluster, self._comm_strategy(sync))[0])
+        key = ("fast", layout.batch, layout.recompute, sync.bucket_bytes, tuple(comm), tuple(encode), overhead, gather_s,
+               layout.zero_stage > 0)
 
         def make():
             self.simulations += 1
@@ -209,178 +298,201 @@ class Evaluator:
                 buckets.append(Bucket(index, tuple(backward_order[p] for p in positions),
                                       sum(grad_bytes[p] for p in positions)))
             plan = IterationPlan(
-                layer_names=tuple(layer.name for layer in layers), fwd_s=tuple(t[0] for t in times),
-                bwd_s=tuple(t[1] for t in times), buckets=tuple(buckets), bucket_comm_s=tuple(comm),
+                layer_names=tuple(layer.name for layer in layers), fwd_s=passes.fwd_s,
+                bwd_s=passes.bwd_s, buckets=tuple(buckets), bucket_comm_s=tuple(comm),
                 bucket_bytes_by_link=tuple({} for _ in buckets),
-                optimizer_s=workload_optimizer_time_s(self.workload(layout.batch), self.request.workload.param_count,
-                                                      self.dtype_bytes, self.gpu),
+                optimizer_s=self._dp_optimizer_s(layout),
                 overlap=request.strategy.overlap, bucket_codec_s=tuple(codec),
-                bucket_encode_s=tuple(encode) if any(encode) else (), iteration_overhead_s=overhead)
+                bucket_encode_s=tuple(encode) if any(encode) else (), iteration_overhead_s=overhead,
+                param_gather_s=gather_s, recompute_s=sum(passes.recompute_s))
             r = run_fast(plan, layout.gpus, layout.batch)
-            return (r.iteration_time_s, r.compute_time_s, r.exposed_comm_time_s, r.comm_time_s, r.codec_time_s)
+            return (r.iteration_time_s, r.compute_time_s, r.exposed_comm_time_s, r.comm_time_s, r.codec_time_s,
+                    r.recompute_time_s)
 
-        total, compute, exposed, comm_s, codec_s = self._get(key, make)
-        return Outcome(total, compute, exposed, 0.0, codec_s, 0.0, 0.0, comm_s, memory)
+        total, compute, exposed, comm_s, codec_s, recompute_s = self._get(key, make)
+        return Outcome(total, compute, exposed, 0.0, codec_s, 0.0, 0.0, comm_s, memory, 0.0, recompute_s)
 
-    # -- layouts with stages, TP or micro-batches: sim.engine.pipeline_plan + run_pipeline ----
+    # -- layouts with stages, TP, CP, EP, ZeRO-3 or micro-batches: pipeline_plan + run_pipeline --
 
-    def _passes(self, layout: Layout, backend: str) -> tuple[list[float], list[float], list[float]]:
-        """Per layer: one micro-batch's forward and backward on a TP rank (TP allreduces
-        included) and the TP allreduce seconds of one pass (build_pipeline_plan's fwd, bwd, tp_comm)."""
+    def _passes(self, layout: Layout, backend: str) -> Passes:
+        """Per layer: one micro-batch's passes on one rank (build_pipeline_plan's scenario_passes)."""
         micro = layout.batch // layout.micro_batches
-        key = ("passes", layout.gpus, layout.tp, layout.batch if self.measured else 0, micro, backend)
+        key = ("passes", layout.gpus, layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.sequence_parallel,
+               layout.recompute, layout.zero_stage >= 3, layout.batch if self.measured else 0, micro, backend)
 
         def make():
-            scenario = Scenario(name="plan", workload=self.workload(layout.batch), cluster=self.cluster(layout.gpus),
-                                strategy=self.request.strategy)
+            scenario = self._backend_scenario(layout, backend)
             times = self._get(("micro_times", layout.batch if self.measured else 0, micro),
                               lambda: micro_batch_times_s(scenario, micro, self.dtype_bytes))
             tp_comm = self._tp_comm(layout, micro, backend)
-            tp = layout.tp
-            fwd = [f / tp + c for (f, _), c in zip(times, tp_comm, strict=True)]
-            bwd = [b / tp + c for (_, b), c in zip(times, tp_comm, strict=True)]
-            return fwd, bwd, tp_comm
+            kv = self._get(("kv", layout.gpus, layout.tp, layout.cp, micro, backend),
+                           lambda: kv_send_s(scenario, micro, self.dtype_bytes))
+            a2a = self._get(("a2a", layout.gpus, layout.tp, layout.cp, layout.pp, layout.ep, micro, backend),
+                            lambda: moe_alltoall_s(scenario, micro, self.dtype_bytes))
+            gather, scatter = self._get(("zero3", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp, layout.ep,
+                                         layout.zero_stage >= 3, backend), lambda: zero3_unit_comm(scenario))
+            return layer_passes(self.layers, times, pass_options(scenario), tp_comm, kv, a2a, gather, scatter,
+                                self.request.workload.layer_units)
 
         return self._get(key, make)
 
     def _tp_comm(self, layout: Layout, micro: int, backend: str) -> list[float]:
-        group = tp_group(self.cluster(layout.gpus), layout.tp)
-        strategy = replace(self.request.strategy, backend=backend)
-        spec = replace(spec_of(strategy), collective="auto")
-        by_shape: dict[tuple[int, float], float] = {}
-        out = []
-        for layer in self.layers:
-            shape = (tp_allreduces_per_pass(layer), layer.activation_elems)
-            if shape not in by_shape:
-                by_shape[shape] = tp_layer_comm_s(layer, micro, self.dtype_bytes, group, spec)
-            out.append(by_shape[shape])
-        return out
-
-    def _bounds(self, layout: Layout, backend: str) -> tuple[tuple[int, int], ...]:
-        micro = layout.batch // layout.micro_batches
-        key = ("bounds", layout.gpus, layout.tp, layout.pp, layout.batch if self.measured else 0, micro, backend)
+        key = ("tp_comm", layout.gpus, layout.tp, layout.cp, layout.sequence_parallel, micro, backend)
 
         def make():
-            fwd, bwd, _ = self._passes(layout, backend)
-            strategy = replace(self.request.strategy, tp=layout.tp, pp=layout.pp, micro_batches=layout.micro_batches)
-            scenario = Scenario(name="plan", workload=self.workload(layout.batch), cluster=self.cluster(layout.gpus),
-                                strategy=strategy)
-            return tuple(stage_bounds(scenario, [f + b for f, b in zip(fwd, bwd, strict=True)]))
+            group = tp_group(self.cluster(layout.gpus), layout.tp)
+            spec = tp_spec(replace(self.request.strategy, backend=backend))
+            sp = layout.sequence_parallel and layout.tp > 1
+            by_shape: dict[tuple[int, float], float] = {}
+            out = []
+            for layer in self.layers:
+                shape = (tp_allreduces_per_pass(layer), layer.activation_elems)
+                if shape not in by_shape:
+                    by_shape[shape] = tp_layer_comm_s(layer, micro, self.dtype_bytes, group, spec, sp, 1 / layout.cp)
+                out.append(by_shape[shape])
+            return out
 
         return self._get(key, make)
 
-    def _stages(self, layout: Layout, backend: str, bounds) -> list[tuple[float, float, float]]:
-        """(forward, backward, TP allreduce) seconds of each stage for one micro-batch."""
+    def _bounds(self, layout: Layout, backend: str) -> tuple[tuple[int, int], ...]:
         micro = layout.batch // layout.micro_batches
-        key = ("stages", layout.gpus, layout.tp, layout.batch if self.measured else 0, micro, backend, bounds)
+        key = ("bounds", layout.gpus, layout.tp, layout.cp, layout.pp, layout.vpp, layout.dp, layout.ep,
+               layout.sequence_parallel, layout.recompute, layout.zero_stage >= 3, layout.batch if self.measured else 0,
+               micro, backend)
 
         def make():
-            fwd, bwd, tp_comm = self._passes(layout, backend)
+            passes = self._passes(layout, backend)
+            return tuple(chunk_bounds(self._backend_scenario(layout, backend),
+                                      [f + b for f, b in zip(passes.fwd_s, passes.bwd_s, strict=True)]))
+
+        return self._get(key, make)
+
+    def _stages(self, layout: Layout, backend: str, bounds) -> list[tuple[float, float, float, float, float]]:
+        """Per virtual stage: (forward, backward, TP collectives, other model-parallel comm,
+        recomputation) seconds of one micro-batch (build_pipeline_plan's ChunkPlan sums)."""
+        micro = layout.batch // layout.micro_batches
+        key = ("stages", layout.gpus, layout.tp, layout.cp, layout.pp, layout.dp, layout.ep, layout.sequence_parallel,
+               layout.recompute, layout.zero_stage >= 3, layout.batch if self.measured else 0, micro, backend, bounds)
+
+        def make():
+            passes = self._passes(layout, backend)
             over_s = self.request.strategy.pipeline_overhead_s
-            return [(sum(fwd[lo:hi]) + over_s, sum(bwd[lo:hi]) + over_s, 2 * sum(tp_comm[lo:hi])) for lo, hi in bounds]
+            return [(sum(passes.fwd_s[lo:hi]) + over_s, sum(passes.bwd_s[lo:hi]) + over_s,
+                     sum(passes.tp_comm_s[i] for i in range(lo, hi)), sum(passes.model_comm_s[i] for i in range(lo, hi)),
+                     sum(passes.recompute_s[i] for i in range(lo, hi))) for lo, hi in bounds]
 
         return self._get(key, make)
 
     def _sends(self, layout: Layout, bounds) -> list[float]:
         micro = layout.batch // layout.micro_batches
-        key = ("sends", layout.gpus, layout.tp, layout.pp, layout.dp, micro, bounds)
+        key = ("sends", layout.gpus, layout.tp, layout.cp, layout.pp, layout.dp, micro, bounds)
+
+        def make():
+            scenario = self._backend_scenario(layout, self.request.backends[0])
+            return [_chunk_send(scenario, list(bounds), k, micro, self.dtype_bytes, layout.dp)[0] for k in range(len(bounds))]
+
+        return self._get(key, make)
+
+    def _optimizer_s(self, layout: Layout, chunks) -> float:
+        key = ("optimizer", layout.gpus, layout.tp, layout.cp, layout.dp, layout.ep, layout.zero_stage > 0, tuple(chunks))
+
+        def make():
+            scenario = self._backend_scenario(layout, self.request.backends[0])
+            return workload_optimizer_time_s(self.request.workload, optimizer_params(scenario, list(chunks)),
+                                             self.dtype_bytes, self.gpu)
+
+        return self._get(key, make)
+
+    def _stage_sync(self, layout: Layout, sync: Sync, chunks) -> tuple[float, float, float]:
+        """A stage's gradient sync after the flush (pipeline_plan.stage_sync): (sync, codec, ZeRO gather) seconds."""
+        if layout.dp * layout.cp == 1 or layout.zero_stage >= 3:
+            return 0.0, 0.0, 0.0
+        key = ("stage_sync", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp, layout.ep, layout.zero_stage > 0,
+               tuple(chunks), sync)
 
         def make():
             cluster = self.cluster(layout.gpus)
-            tp, pp, dp = layout.tp, layout.pp, layout.dp
-            out = []
-            for s, (lo, hi) in enumerate(bounds):
-                send_s = 0.0
-                if s < pp - 1:
-                    link = stage_boundary_link(cluster, dp, tp, pp, s)
-                    out_elems = next((x.activation_elems for x in reversed(self.layers[lo:hi]) if x.activation_elems), 0.0)
-                    send_bytes = micro * out_elems * self.dtype_bytes
-                    load = 1.0 if link == "intra" else tp * cluster.oversubscription / cluster.nics_per_node
-                    send_s = message_time_s(send_bytes / tp, link_of(cluster, link), load)
-                out.append(send_s)
-            return out
+            dense_key = ("grad", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp)
+            dense = self._get(dense_key, lambda: grad_group(cluster, layout.dp, layout.tp, layout.pp, layout.cp))
+            expert_key = ("expert_grad", layout.gpus, layout.dp, layout.ep, layout.tp, layout.pp, layout.cp)
+            expert = dense if layout.ep == 1 else self._get(expert_key, lambda: expert_grad_group(
+                cluster, layout.dp, layout.ep, layout.tp, layout.pp, layout.cp))
+            keys = {id(dense): dense_key, id(expert): expert_key}
+
+            def sync_fn(n_bytes, group, op):
+                if op == "allreduce":
+                    t, c = self._sync_s(n_bytes, keys[id(group)], group, sync) if group.world_size > 1 else (0.0, 0.0)
+                    return t, c, {}
+                return self._op_s(op, n_bytes, keys[id(group)], group, sync.backend), 0.0, {}
+
+            t, c, _, g = stage_sync(self.scenario(layout, sync), list(chunks), sync_fn, (dense, expert))
+            return t, c, g
 
         return self._get(key, make)
 
-    def _optimizer_s(self, lo: int, hi: int, tp: int) -> float:
-        def make():
-            params = sum(layer.param_count for layer in self.layers[lo:hi])
-            return workload_optimizer_time_s(self.request.workload, params / tp, self.dtype_bytes, self.gpu)
-
-        return self._get(("optimizer", lo, hi, tp), make)
-
-    def _stage_sync(self, layout: Layout, sync: Sync, lo: int, hi: int) -> tuple[float, float]:
-        """A stage's gradient shard reduced over its DP group in DDP buckets (pipeline_plan._stage_dp_sync)."""
-        if layout.dp == 1:
-            return 0.0, 0.0
-        key = ("stage_sync", layout.gpus, layout.dp, layout.tp, layout.pp, lo, hi, sync)
-
-        def bucket_sizes():
-            per_param = self.request.strategy.grad_bytes_per_param / layout.tp
-            grads = [self.layers[i].param_count * per_param for i in range(hi - 1, lo - 1, -1)]
-            return [sum(grads[i] for i in bucket) for bucket in assign_buckets(grads, sync.bucket_bytes, DDP_FIRST_BUCKET_BYTES)]
-
-        def make():
-            sizes = self._get(("stage_buckets", lo, hi, layout.tp, sync.bucket_bytes), bucket_sizes)
-            group_key = ("dp", layout.gpus, layout.dp, layout.tp, layout.pp)
-            group = self._get(group_key, lambda: dp_group(self.cluster(layout.gpus), layout.dp, layout.tp, layout.pp))
-            total_s = codec_s = 0.0
-            for n_bytes in sizes:
-                t, c = self._sync_s(n_bytes, group_key, group, sync)
-                total_s += t
-                codec_s += c
-            return total_s, codec_s
-
-        return self._get(key, make)
-
-    def _flush_ends(self, schedule: str, m: int, stages: list[tuple[float, float, float]], sends: list[float]) -> tuple[float, ...]:
+    def _flush_ends(self, schedule: str, m: int, vpp: int, stages: list, sends: list[float]) -> tuple[float, ...]:
         """When each stage ends its last backward (run_pipeline's flush), simulated once per shape."""
-        key = ("flush", schedule, m, tuple(stages), tuple(sends))
+        times = tuple((st[0], st[1]) for st in stages)
+        key = ("flush", schedule, m, vpp, times, tuple(sends))
 
         def make():
             self.simulations += 1
             if self.flush == "replay":
-                return flush_ends(schedule, m, [(f, b) for f, b, _ in stages], sends)
+                return flush_ends(schedule, m, times, sends, vpp)
+            p = len(times) // vpp
             plan = PipelinePlan(
-                stages=tuple(StagePlan(index=s, layers=(0, 0), fwd_s=f, bwd_s=b, tp_comm_s=0.0, send_s=send,
-                                       send_link="intra", send_bytes=0.0, dp_sync_s=0.0, codec_s=0.0,
-                                       dp_bytes_by_link={}, optimizer_s=0.0, param_count=0)
-                             for s, ((f, b, _), send) in enumerate(zip(stages, sends, strict=True))),
-                micro_batches=m, schedule=schedule, dp=1, tp=1, tp_bytes_by_link={})
+                stages=tuple(StagePlan(index=s, layers=(0, 0), fwd_s=times[s][0], bwd_s=times[s][1], tp_comm_s=0.0,
+                                       send_s=sends[s], send_link="intra", send_bytes=0.0, dp_sync_s=0.0, codec_s=0.0,
+                                       dp_bytes_by_link={}, optimizer_s=0.0, param_count=0,
+                                       chunks=_chunk_plans(times, sends, p, s) if vpp > 1 else ())
+                             for s in range(p)),
+                micro_batches=m, schedule=schedule, dp=1, tp=1, tp_bytes_by_link={}, vpp=vpp)
             result = run_pipeline(plan, 1, 1)
             ends = {span.lane: span.start_s for span in result.spans if span.name == "optimizer step"}
-            return tuple(ends[f"stage{s}"] for s in range(len(stages)))
+            return tuple(ends[f"stage{s}"] for s in range(p))
 
         return self._get(key, make)
 
-    def _stage_terms(self, layout: Layout, sync: Sync, bounds) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-        """Per stage: gradient sync seconds, codec seconds, optimizer seconds."""
-        key = ("terms", layout.gpus, layout.dp, layout.tp, layout.pp, bounds, sync)
-        try:
-            return self._cache[key]  # type: ignore[return-value]
-        except KeyError:
-            pass
-        syncs = [self._stage_sync(layout, sync, lo, hi) for lo, hi in bounds]
-        value = (tuple(d for d, _ in syncs), tuple(c for _, c in syncs),
-                 tuple(self._optimizer_s(lo, hi, layout.tp) for lo, hi in bounds))
-        self._cache[key] = value
-        return value
-
     def _pipeline(self, layout: Layout, sync: Sync, bounds, memory: float) -> Outcome:
-        m = layout.micro_batches
+        m, p, v = layout.micro_batches, layout.pp, layout.vpp
         stages = self._stages(layout, sync.backend, bounds)
         sends = self._sends(layout, bounds)
-        flush = self._flush_ends(layout.schedule, m, stages, sends)
-        dp_s, codec_s, opt_s = self._stage_terms(layout, sync, bounds)
-        # run_pipeline: after its flush a stage syncs its gradients (if any), then steps
-        total = max((t + d if d > 0 else t) + o for t, d, o in zip(flush, dp_s, opt_s, strict=True))
+        flush = self._flush_ends(layout.schedule, m, v, stages, sends)
+        terms = [self._stage_sync(layout, sync, bounds[s::p]) for s in range(p)]
+        dp_s = [t[0] for t in terms]
+        codec_s = [t[1] for t in terms]
+        gather_s = [t[2] for t in terms]
+        opt_s = [self._optimizer_s(layout, bounds[s::p]) for s in range(p)]
+        # run_pipeline: after its flush a stage syncs its gradients (if any), steps, then (ZeRO-1/2) gathers
+        ends = []
+        for t, d, o, g in zip(flush, dp_s, opt_s, gather_s, strict=True):
+            end = (t + d if d > 0 else t) + o
+            ends.append(end + g if g > 0 else end)
+        total = max(ends)
+        # per device: its chunks' sums, as build_pipeline_plan's StagePlan (fwd_s = sum of chunk fwd_s)
+        devices = [[stages[k] for k in range(s, len(stages), p)] for s in range(p)]
+        dev_f = [sum(ch[0] for ch in dev) for dev in devices]
+        dev_b = [sum(ch[1] for ch in dev) for dev in devices]
         # run_pipeline's accounting: the busiest stage (the first of equals) sets compute
-        busiest = max(range(len(stages)), key=lambda s: stages[s][0] + stages[s][1])
-        f, b, tp_s = stages[busiest]
-        busy = m * (f + b)
+        busiest = max(range(p), key=lambda s: dev_f[s] + dev_b[s])
+        busy = m * (dev_f[busiest] + dev_b[busiest])
         compute = busy + opt_s[busiest]
         bubble = max(flush) - busy
+        layer_ids = [i for lo, hi in bounds[busiest::p] for i in range(lo, hi)]
+        passes = self._passes(layout, sync.backend)
+        tp_s = sum(passes.tp_comm_s[i] for i in layer_ids)
+        model_s = sum(passes.model_comm_s[i] for i in layer_ids)
+        recompute_s = sum(passes.recompute_s[i] for i in layer_ids)
+        per_device_sends = [sends[s] if v == 1 else sum(sends[k] for k in range(s, len(sends), p)) for s in range(p)]
         return Outcome(
             iteration_time_s=total, compute_time_s=compute, exposed_comm_time_s=max(0.0, total - compute - bubble),
             bubble_time_s=bubble, codec_time_s=max(codec_s), tp_comm_time_s=m * tp_s,
-            pp_comm_time_s=2 * m * max(sends), comm_time_s=max(dp_s), memory_bytes=memory)
+            pp_comm_time_s=2 * m * max(per_device_sends), comm_time_s=max(dp_s), memory_bytes=memory,
+            model_comm_time_s=m * model_s, recompute_time_s=m * recompute_s)
+
+
+def _chunk_plans(times, sends, p: int, s: int):
+    from sim.engine.pipeline_plan import ChunkPlan
+
+    return tuple(ChunkPlan(layers=(0, 0), fwd_s=times[k][0], bwd_s=times[k][1], send_s=sends[k], send_link="intra",
+                           send_bytes=0.0) for k in range(s, len(times), p))

@@ -13,18 +13,27 @@ from sim.planner.evaluate import Outcome
 from sim.planner.search import TIE_REL, Candidate, PlanResult
 from sim.units import human_seconds
 
-PART_NAMES = ("compute", "tensor-parallel allreduces", "pipeline bubble", "exposed communication")
+PART_NAMES = ("compute", "recomputation", "tensor-parallel allreduces", "context/expert/ZeRO-3 communication",
+              "pipeline bubble", "exposed communication")
 
 
 def parts_s(outcome: Outcome) -> dict[str, float]:
     """The iteration's additive parts (seconds); 'other' holds what rounding or the engine's
-    accounting leaves (the busiest stage's optimizer step vs the last stage's end)."""
+    accounting leaves (the busiest stage's optimizer step vs the last stage's end). Recomputation
+    and the model-parallel communication other than TP's (ring attention's exposed sends, MoE
+    all-to-alls, ZeRO-3's exposed gathers) are parts of their own only where they occur."""
     parts = {
-        "compute": outcome.compute_time_s - outcome.tp_comm_time_s,
+        "compute": (outcome.compute_time_s - outcome.tp_comm_time_s - outcome.model_comm_time_s
+                    - outcome.recompute_time_s),
+        "recomputation": outcome.recompute_time_s,
         "tensor-parallel allreduces": outcome.tp_comm_time_s,
+        "context/expert/ZeRO-3 communication": outcome.model_comm_time_s,
         "pipeline bubble": outcome.bubble_time_s,
         "exposed communication": outcome.exposed_comm_time_s,
     }
+    for name in ("recomputation", "context/expert/ZeRO-3 communication"):
+        if not parts[name]:
+            del parts[name]
     rest = outcome.iteration_time_s - sum(parts.values())
     if abs(rest) > 1e-9 * outcome.iteration_time_s:
         parts["other"] = rest
@@ -50,9 +59,13 @@ def differences(a: Candidate, b: Candidate) -> list[str]:
     out = []
     la, lb, sa, sb = a.layout, b.layout, a.sync, b.sync
     for name, x, y in (("GPUs", la.gpus, lb.gpus), ("dp", la.dp, lb.dp), ("pp", la.pp, lb.pp), ("tp", la.tp, lb.tp),
-                       ("batch/replica", la.batch, lb.batch), ("micro-batches", la.micro_batches, lb.micro_batches)):
+                       ("cp", la.cp, lb.cp), ("vpp", la.vpp, lb.vpp), ("ep", la.ep, lb.ep),
+                       ("batch/replica", la.batch, lb.batch), ("micro-batches", la.micro_batches, lb.micro_batches),
+                       ("ZeRO stage", la.zero_stage, lb.zero_stage), ("recompute", la.recompute, lb.recompute)):
         if x != y:
             out.append(f"{name} {y}")
+    if la.sequence_parallel != lb.sequence_parallel:
+        out.append("sequence parallelism " + ("on" if lb.sequence_parallel else "off"))
     if la.schedule != lb.schedule and (la.pp > 1 or lb.pp > 1):
         out.append(f"schedule {lb.schedule}")
     if sa.backend != sb.backend:

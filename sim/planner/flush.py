@@ -7,7 +7,8 @@ about 95 us each through SimPy's stores and link processes). The engine's stage 
 processes are deterministic, so their times follow a recurrence that this module evaluates in
 the same order of floating-point operations, giving the same numbers bit for bit:
 
-- a stage runs its ``schedule_ops`` in order; an operation starts at max(the stage's clock, the
+- a stage runs its ``stage_ops`` in order (with vpp > 1 each op on one of its model chunks, a
+  virtual stage); an operation starts at max(the stage's clock, the
   time its input reached the stage's inbox) (a forward needs the activation from the previous
   stage, a backward the gradient from the next) and ends at start + its seconds;
 - a boundary's link carries one message at a time in the order they were put: it takes message
@@ -24,55 +25,56 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from sim.engine.pipeline import schedule_ops
+from sim.engine.pipeline import stage_ops
 
 
-def flush_ends(schedule: str, m: int, stages: Sequence[tuple[float, float]], sends: Sequence[float]) -> tuple[float, ...]:
+def flush_ends(schedule: str, m: int, stages: Sequence[tuple[float, float]], sends: Sequence[float],
+               vpp: int = 1) -> tuple[float, ...]:
     """Per stage, when its last backward ends. ``stages``: (forward, backward) seconds of one
-    micro-batch per stage; ``sends[s]``: the link between stage s and s + 1, both directions."""
-    p = len(stages)
-    ops = [_ops(schedule, p, m, s) for s in range(p)]
-    fwd_in: list[list[float]] = [[] for _ in range(p)]   # activation i reaches stage s's inbox at fwd_in[s][i]
-    bwd_in: list[list[float]] = [[] for _ in range(p)]   # gradient i reaches stage s's inbox at bwd_in[s][i]
+    micro-batch per virtual stage (pp x vpp of them, virtual stage k = chunk x pp + stage);
+    ``sends[k]``: the link between virtual stages k and k + 1, both directions."""
+    n = len(stages)
+    p = n // vpp
+    ops = [_ops(schedule, p, m, s, vpp) for s in range(p)]
+    fwd_in: list[list[float]] = [[] for _ in range(n)]   # activation i reaches virtual stage k's inbox at fwd_in[k][i]
+    bwd_in: list[list[float]] = [[] for _ in range(n)]   # gradient i reaches virtual stage k's inbox at bwd_in[k][i]
     clock = [0.0] * p
     pos = [0] * p
     left = sum(len(o) for o in ops)
+    last = n - 1
     while left:
         moved = 0
         for s in range(p):
-            mine, k, now = ops[s], pos[s], clock[s]
-            f_s, b_s = stages[s]
-            first, last = s == 0, s == p - 1
-            inbox_f, inbox_b = fwd_in[s], bwd_in[s]
-            out_f = None if last else fwd_in[s + 1]
-            out_b = None if first else bwd_in[s - 1]
-            send_f = 0.0 if last else sends[s]
-            send_b = 0.0 if first else sends[s - 1]
-            while k < len(mine):
-                forward, i = mine[k]
+            mine, j, now = ops[s], pos[s], clock[s]
+            while j < len(mine):
+                forward, i, k = mine[j]
                 if forward:
-                    if not first:
-                        if i >= len(inbox_f):
+                    if k > 0:
+                        inbox = fwd_in[k]
+                        if i >= len(inbox):
                             break
-                        if inbox_f[i] > now:  # max(clock, arrival)
-                            now = inbox_f[i]
-                    now = now + f_s
-                    if out_f is not None:  # the link: take at max(put, previous delivery), deliver send later
-                        take = out_f[-1] if out_f and out_f[-1] > now else now
-                        out_f.append(take + send_f if send_f > 0 else take)
+                        if inbox[i] > now:  # max(clock, arrival)
+                            now = inbox[i]
+                    now = now + stages[k][0]
+                    if k < last:  # the link: take at max(put, previous delivery), deliver send later
+                        out, send = fwd_in[k + 1], sends[k]
+                        take = out[-1] if out and out[-1] > now else now
+                        out.append(take + send if send > 0 else take)
                 else:
-                    if not last:
-                        if i >= len(inbox_b):
+                    if k < last:
+                        inbox = bwd_in[k]
+                        if i >= len(inbox):
                             break
-                        if inbox_b[i] > now:
-                            now = inbox_b[i]
-                    now = now + b_s
-                    if out_b is not None:
-                        take = out_b[-1] if out_b and out_b[-1] > now else now
-                        out_b.append(take + send_b if send_b > 0 else take)
-                k += 1
-            moved += k - pos[s]
-            pos[s], clock[s] = k, now
+                        if inbox[i] > now:
+                            now = inbox[i]
+                    now = now + stages[k][1]
+                    if k > 0:
+                        out, send = bwd_in[k - 1], sends[k - 1]
+                        take = out[-1] if out and out[-1] > now else now
+                        out.append(take + send if send > 0 else take)
+                j += 1
+            moved += j - pos[s]
+            pos[s], clock[s] = j, now
         if not moved:
             raise RuntimeError("pipeline schedule deadlock (no stage can proceed)")
         left -= moved
@@ -80,6 +82,6 @@ def flush_ends(schedule: str, m: int, stages: Sequence[tuple[float, float]], sen
 
 
 @lru_cache(maxsize=4096)
-def _ops(schedule: str, p: int, m: int, stage: int) -> tuple[tuple[bool, int], ...]:
-    """The stage's operations as (is forward, micro-batch)."""
-    return tuple((op == "F", i) for op, i in schedule_ops(schedule, p, m, stage))
+def _ops(schedule: str, p: int, m: int, stage: int, vpp: int) -> tuple[tuple[bool, int, int], ...]:
+    """The stage's operations as (is forward, micro-batch, virtual stage)."""
+    return tuple((op == "F", i, chunk * p + stage) for op, i, chunk in stage_ops(schedule, p, m, stage, vpp))

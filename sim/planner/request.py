@@ -20,7 +20,15 @@ from sim.cluster import MAX_WORLD_SIZE, Cluster, cluster_from_dict
 from sim.codecs import CODECS
 from sim.costs.backends import BACKENDS, default_backend
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
-from sim.strategy import COLLECTIVES, DTYPE_BYTES, SCHEDULES, Strategy, strategy_from_dict
+from sim.strategy import (
+    COLLECTIVES,
+    DTYPE_BYTES,
+    RECOMPUTE,
+    SCHEDULES,
+    ZERO_STAGES,
+    Strategy,
+    strategy_from_dict,
+)
 from sim.units import GIB
 from sim.workload import Workload, workload_from_dict
 
@@ -31,11 +39,21 @@ alike (one is the other's reciprocal); they differ in what the table shows."""
 PLAN_KEYS = (
     "objective", "max_gpus", "global_batch", "top", "max_tp", "max_pp", "max_micro_batches", "backends",
     "collectives", "codecs", "bucket_mib", "schedules", "max_memory_gib", "max_candidates",
+    "max_cp", "max_vpp", "max_ep", "zero_stages", "recompute",
 )
+LONG_CONTEXT_TOKENS = 16384
+"""Context parallelism is searched by default from this sequence length on: NeMo's long-context
+recipes, which NVIDIA trains with context parallelism, start at 16k (NeMo Framework user guide,
+'Long Context Recipes': Llama 3, Mixtral, Nemotron at 16k and 64k); below it ``max_cp`` is 1
+unless given."""
+DEFAULT_MAX_VPP = 4
+"""The search's bound on interleaving (model chunks per pipeline rank), not a framework limit
+(assumed: a bound on the search; --max-vpp widens it)."""
 DEFAULT_MAX_CANDIDATES = 1_000_000
 """A larger space is refused before anything is simulated (about 5 minutes at the measured rate)."""
 FIXED_STRATEGY_KEYS = ("precision", "stage_balance", "protocol", "ps_servers", "ps_layout", "overlap",
-                       "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version", "mpi_library", "mpi_gpu_buffers")
+                       "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version", "mpi_library", "mpi_gpu_buffers",
+                       "attention", "moe_capacity_factor")
 """Strategy fields a plan keeps as given; every other one it searches or leaves at its default."""
 DEFAULT_BUCKET_MIB = (5.0, 25.0, 100.0)
 """Bucket sizes tried: DDP's default 25 MiB (torch/nn/parallel/distributed.py), a fifth and four times it."""
@@ -67,6 +85,16 @@ class PlanRequest:
     """Samples per iteration over all replicas; None: weak scaling, the workload's batch per replica."""
     max_tp: int = 1
     max_pp: int | None = None
+    max_cp: int = 1
+    """Largest context-parallel degree searched (transformers; LONG_CONTEXT_TOKENS)."""
+    max_vpp: int = DEFAULT_MAX_VPP
+    """Most model chunks per pipeline rank (the interleaved schedule)."""
+    max_ep: int = 1
+    """Largest expert-parallel degree (mixture-of-experts workloads; default: the experts)."""
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    """ZeRO stages the search may use (sim.planner.search.variants keeps the lightest that fit)."""
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    """Recomputation settings the search may use, lightest first."""
     max_micro_batches: int | None = None
     backends: tuple[str, ...] = ("nccl",)
     collectives: tuple[str, ...] | None = None
@@ -183,6 +211,12 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
     max_pp = opt("max_pp")
     if max_pp is not None:
         max_pp = require_positive(name("max_pp"), max_pp, integer=True)
+    arch = workload.architecture
+    long_context = arch is not None and arch.seq_len >= LONG_CONTEXT_TOKENS
+    max_cp = require_positive(name("max_cp"), opt("max_cp", g if long_context else 1), integer=True)
+    max_vpp = require_positive(name("max_vpp"), opt("max_vpp", DEFAULT_MAX_VPP), integer=True)
+    max_ep = require_positive(name("max_ep"), opt("max_ep", arch.experts if arch is not None and arch.moe else 1),
+                              integer=True)
     max_micro = opt("max_micro_batches")
     if max_micro is not None:
         max_micro = require_positive(name("max_micro_batches"), max_micro, integer=True)
@@ -203,12 +237,18 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         global_batch=global_batch,
         max_tp=max_tp,
         max_pp=max_pp,
+        max_cp=max_cp,
+        max_vpp=max_vpp,
+        max_ep=max_ep,
         max_micro_batches=max_micro,
         backends=backends,
         collectives=_collectives(opt("collectives"), name("collectives")),
         codecs=_codecs(opt("codecs"), strategy.precision, name("codecs")),
         bucket_mib=_buckets(opt("bucket_mib"), name("bucket_mib")),
         schedules=_choices(opt("schedules"), SCHEDULES, name("schedules")) if opt("schedules") is not None else SCHEDULES,
+        zero_stages=_zero_stages(opt("zero_stages"), name("zero_stages")),
+        recompute=tuple(r for r in RECOMPUTE if r in _choices(opt("recompute"), RECOMPUTE, name("recompute")))
+        if opt("recompute") is not None else RECOMPUTE,
         memory_limit_bytes=limit,
         top=require_positive(name("top"), opt("top", 5), integer=True),
         max_candidates=require_positive(name("max_candidates"), opt("max_candidates", DEFAULT_MAX_CANDIDATES),
@@ -322,6 +362,21 @@ def _paths(codec: str | None) -> list[tuple[str | None, str | None]]:
     if CODECS[codec].summable:
         return [(codec, "allreduce")]
     return [(codec, "allgather"), (codec, "reduce_scatter")]
+
+
+def _zero_stages(value: Any, field: str) -> tuple[int, ...]:
+    if value is None:
+        return ZERO_STAGES
+    stages = set()
+    for v in _as_list(value, field):
+        try:
+            stage = int(v)
+        except (TypeError, ValueError):
+            stage = -1
+        if isinstance(v, bool) or stage not in ZERO_STAGES or str(v).strip() != str(stage):
+            raise ConfigError(field, v, "ZeRO stages among 0, 1, 2, 3")
+        stages.add(stage)
+    return tuple(sorted(stages))
 
 
 def _buckets(value: Any, field: str) -> tuple[float, ...]:

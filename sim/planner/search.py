@@ -16,14 +16,15 @@ candidate of the space.
 from __future__ import annotations
 
 import time
+from bisect import insort
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError
 from sim.planner.evaluate import Evaluator, Outcome, Rejection
 from sim.planner.request import PlanRequest
-from sim.planner.space import REASONS, Layout, Rejected, Sync, layouts, syncs
+from sim.planner.space import REASONS, Layout, Rejected, Sync, layout_syncs, layouts
 
-RULE_ORDER = ("tp", "pp_modules", "max_pp", "placement", "global_batch", "memory", "library")
+RULE_ORDER = ("tp", "pp_modules", "max_pp", "placement", "global_batch", "memory", "heavier", "library", "bound")
 """The rules in the order they apply: the first one a candidate breaks is its reason."""
 TIE_REL = 1e-12
 
@@ -75,6 +76,12 @@ def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
         "stage_balance": base.stage_balance, "overlap": base.overlap, "ps_servers": base.ps_servers,
         "ps_layout": base.ps_layout,
     }
+    for key, value, plain in (("cp", layout.cp, 1), ("vpp", layout.vpp, 1), ("ep", layout.ep, 1),
+                              ("sequence_parallel", layout.sequence_parallel, False),
+                              ("zero_stage", layout.zero_stage, 0), ("recompute", layout.recompute, "none"),
+                              ("attention", base.attention, "auto"), ("moe_capacity_factor", base.moe_capacity_factor, None)):
+        if value != plain:
+            strategy[key] = value
     if base.protocol is not None:
         strategy["protocol"] = base.protocol
     library_keys = {"nccl": ("nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version"),
@@ -144,38 +151,86 @@ class PlanResult:
         return out
 
 
-def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> PlanResult:
-    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left."""
+def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune: bool = True) -> PlanResult:
+    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left.
+
+    Two prunings keep a large-model space (ZeRO stages, recomputation, sequence, context and
+    expert parallelism, interleaving) to seconds, neither changing the ranking's head:
+
+    - memory settings (``variants``): for each layout and library, each ZeRO stage with the
+      lightest recomputation that fits (none, selective, full: recomputing more only adds time);
+      ZeRO-1 is left for ZeRO-2, which costs the same time here with less memory;
+    - a lower bound (``prune``): a candidate's iteration is at least its pipeline's flush and its
+      optimizer step, whatever its synchronisation; layouts are simulated from the lowest bound
+      up, and a candidate whose bound is already slower than both the best ``BOUND_KEEP`` x top
+      found and the best at its GPU count is counted ('bound'), not simulated. The top of the
+      ranking, each GPU count's best (the Pareto fronts) and the winner are those of the whole
+      space; ``prune=False`` simulates every candidate (tests/test_plan_bruteforce.py)."""
     start = time.perf_counter()
     evaluator = evaluator or Evaluator(request)
     candidates: list[Candidate] = []
     rejected: list[Rejected] = []
-    sync_lists: dict[tuple[int, int, int, int], list[Sync]] = {}
     space = list(layouts(request))
     kept = [item for item in space if isinstance(item, Layout)]
-    for layout in kept:
-        key = (layout.gpus, layout.tp, layout.pp, layout.dp)
-        if key not in sync_lists:
-            sync_lists[key] = syncs(request, *key)
-    size = sum(len(sync_lists[(x.gpus, x.tp, x.pp, x.dp)]) for x in kept)
+    rejected.extend(item for item in space if isinstance(item, Rejected))
     _check_flush_work(request, kept)
+    work: list[tuple[Layout, str, list[Sync]]] = []
+    size = 0
+    sync_lists: dict[tuple, list[Sync]] = {}
+
+    def own_syncs(v: Layout, backend: str) -> list[Sync]:
+        key = (v.gpus, v.tp, v.pp, v.dp, v.cp, v.ep, v.zero_stage, backend)
+        if key not in sync_lists:
+            sync_lists[key] = [x for x in layout_syncs(request, v) if x.backend == backend]
+        return sync_lists[key]
+
+    for layout in kept:
+        for backend in _layout_backends(request, layout):
+            for variant, verdict in variants(evaluator, layout, backend):
+                own = own_syncs(variant, backend)
+                if verdict is not None:
+                    reason, detail, need = verdict
+                    rejected.append(Rejected(variant.gpus, variant.tp, variant.pp, reason, detail, len(own), need, variant))
+                    continue
+                work.append((variant, backend, own))
+                size += len(own)
     if size > request.max_candidates:
         raise ConfigError("--max-candidates", f"{size:,} candidates to simulate",
                           f"at most {request.max_candidates:,} (narrow the space: --max-gpus, --backends, --collectives, "
-                          "--codecs, --bucket-mib, --max-micro-batches; or raise --max-candidates)")
-    for item in space:
-        if isinstance(item, Rejected):
-            rejected.append(item)
-            continue
-        for sync in sync_lists[(item.gpus, item.tp, item.pp, item.dp)]:
-            c = Candidate(len(candidates), item, sync)
+                          "--codecs, --bucket-mib, --max-micro-batches, --max-cp, --max-vpp; or raise --max-candidates)")
+    objective = request.objective
+
+    def per_objective(layout: Layout, seconds: float) -> float:
+        per_sample = seconds / layout.global_batch
+        return layout.gpus * per_sample if objective == "gpu_hours" else per_sample
+
+    bounds = [per_objective(v, evaluator.lower_bound_s(v, b)) if prune else 0.0 for v, b, _ in work]
+    order = sorted(range(len(work)), key=lambda i: bounds[i]) if prune else range(len(work))
+    keep = BOUND_KEEP * request.top
+    best: list[float] = []  # the best ``keep`` objective values found so far, ascending
+    best_at: dict[int, float] = {}
+    for i in order:
+        variant, _backend, own = work[i]
+        for sync in own:
+            c = Candidate(len(candidates), variant, sync)
+            candidates.append(c)
+            if prune and len(best) >= keep and bounds[i] > best[-1] and bounds[i] > best_at.get(variant.gpus, float("inf")):
+                c.reason = "bound"
+                c.detail = f"{variant.label()}: at least {bounds[i]:.6g} {objective} per sample, the {keep}th best {best[-1]:.6g}"
+                c.memory_bytes = evaluator.memory(variant, sync, evaluator.bounds(variant, sync.backend))
+                continue
             try:
-                c.outcome = evaluator.evaluate(item, sync)
+                c.outcome = evaluator.evaluate(variant, sync)
                 c.memory_bytes = c.outcome.memory_bytes
             except Rejection as err:
                 c.reason, c.detail, c.memory_bytes = err.reason, err.detail, err.memory_bytes
-            candidates.append(c)
-    objective = request.objective
+                continue
+            value = c.objective_value(objective)
+            best_at[variant.gpus] = min(best_at.get(variant.gpus, float("inf")), value)
+            if len(best) < keep or value < best[-1]:
+                insort(best, value)
+                del best[keep:]
+    candidates.sort(key=lambda c: c.index)
     ranked = sorted((c for c in candidates if c.outcome is not None),
                     key=lambda c: (c.objective_value(objective), c.layout.gpus, c.memory_bytes, c.index))
     removed = {reason: 0 for reason in RULE_ORDER}
@@ -189,6 +244,49 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None) -> Pla
     if not ranked:
         raise no_plan(result)
     return result
+
+
+BOUND_KEEP = 5
+"""The search keeps exact at least this many times --top candidates at the head of the ranking
+(the table's top, the ties it folds, the runner-up of the sentence)."""
+
+
+def _layout_backends(request: PlanRequest, layout: Layout) -> tuple[str, ...]:
+    """The libraries a layout's candidates use (as ``layout_syncs`` lists them)."""
+    return tuple(dict.fromkeys(x.backend for x in layout_syncs(request, layout)))
+
+
+def variants(evaluator: Evaluator, layout: Layout, backend: str) -> list[tuple[Layout, tuple[str, str, float] | None]]:
+    """The layout's memory settings, each with why it is not simulated (None: it is): per ZeRO stage
+    of the request (the first only without data or context parallelism, where sharding is a no-op;
+    ZeRO-1 'heavier' where ZeRO-2 is allowed: the same time here, less memory) the recomputations in
+    order (transformers; the first only otherwise), the first that fits kept, the heavier ones
+    'heavier', those that do not fit 'memory' (with what they need)."""
+    from dataclasses import replace
+
+    request = evaluator.request
+    arch = request.workload.architecture
+    stages = request.zero_stages if layout.dp * layout.cp > 1 else request.zero_stages[:1]
+    recomputes = request.recompute if arch is not None else request.recompute[:1]
+    base = Sync.of(backend, "auto", None, None, request.bucket_mib[0])
+    out: list[tuple[Layout, tuple[str, str, float] | None]] = []
+    for stage in stages:
+        fitted = None
+        for recompute in recomputes:
+            variant = replace(layout, zero_stage=stage, recompute=recompute)
+            if stage == 1 and 2 in stages:
+                out.append((variant, ("heavier", f"{variant.label()}: ZeRO-2 costs the same time with less memory", 0.0)))
+                continue
+            if fitted is not None:
+                out.append((variant, ("heavier", f"{variant.label()}: recompute {fitted} fits", 0.0)))
+                continue
+            need = evaluator.memory(variant, base, evaluator.bounds(variant, backend))
+            if need > request.memory_limit_bytes:
+                out.append((variant, ("memory", f"{variant.label()}: {need / 2**30:.1f} GiB per GPU", need)))
+                continue
+            fitted = recompute
+            out.append((variant, None))
+    return out
 
 
 MAX_FLUSH_OPERATIONS = 50_000_000
@@ -233,20 +331,22 @@ def no_plan(result: PlanResult) -> NoPlan:
     model, gpus = request.workload.name, "/".join(str(g) for g in request.gpu_counts)
     where = f"{model} on {gpus} GPU{'' if request.gpu_counts == (1,) else 's'}"
     if culprit == "memory":
-        fits = [c for c in result.candidates if c.reason == "memory"]
-        best = min(fits, key=lambda c: c.memory_bytes)
+        fits = [(c.memory_bytes, c.layout) for c in result.candidates if c.reason == "memory"]
+        fits += [(r.memory_bytes, r.layout) for r in result.rejected_layouts if r.reason == "memory" and r.layout]
+        need, best = min(fits, key=lambda item: item[0])
         limit = request.memory_limit_bytes / 2**30
         own = request.memory_limit_bytes < request.cluster.gpu.memory_bytes
+        extras = f", {best.extras()}" if best.extras() else ""
         return NoPlan("--max-memory-gib" if own else "memory per rank",
                       f"every layout of {where} needs more than {limit:g} GiB per GPU; the smallest needs "
-                      f"{best.memory_bytes / 2**30:.1f} GiB at tp {best.layout.tp}, pp {best.layout.pp} "
-                      f"(dp {best.layout.dp}, {best.layout.micro_batches} micro-batch"
-                      f"{'es' if best.layout.micro_batches > 1 else ''}"
-                      f"{', ' + best.layout.schedule if best.layout.pp > 1 else ''}; allow more GPUs with --max-gpus, "
+                      f"{need / 2**30:.1f} GiB at tp {best.tp}, pp {best.pp}{f', cp {best.cp}' if best.cp > 1 else ''} "
+                      f"(dp {best.dp}, {best.micro_batches} micro-batch"
+                      f"{'es' if best.micro_batches > 1 else ''}"
+                      f"{', ' + best.schedule if best.pp > 1 else ''}{extras}; allow more GPUs with --max-gpus, "
                       f"a smaller batch, or more tensor parallelism with --max-tp)")
     last = [r for r in result.rejected_layouts if r.reason == culprit]
     example = last[-1].detail if last else next(c.detail for c in result.candidates if c.reason == culprit)
     flags = {"tp": "--max-tp", "max_pp": "--max-pp", "global_batch": "--global-batch", "pp_modules": "--model",
-             "placement": "--gpus", "library": "--backends/--collectives"}
+             "placement": "--gpus", "library": "--backends/--collectives", "heavier": "plan", "bound": "plan"}
     return NoPlan(flags.get(culprit, "plan"), f"no candidate of {where} is left: the last ones were removed "
                   f"because {REASONS[culprit]} (e.g. {example})")
