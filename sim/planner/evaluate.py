@@ -197,7 +197,7 @@ class Evaluator:
 
     def bounds(self, layout: Layout, backend: str) -> tuple[tuple[int, int], ...]:
         """The model chunks' [start, end) layers (one chunk of everything without a pipeline path)."""
-        if not is_pipelined(layout):
+        if not is_pipelined(layout) or layout.pp * layout.vpp == 1:  # one chunk: the cut is everything
             return ((0, len(self.layers)),)
         return self._bounds(layout, backend)
 
@@ -355,6 +355,8 @@ class Evaluator:
         return self._get(key, make)
 
     def _bounds(self, layout: Layout, backend: str) -> tuple[tuple[int, int], ...]:
+        if layout.pp * layout.vpp == 1:
+            return ((0, len(self.layers)),)
         micro = layout.batch // layout.micro_batches
         key = ("bounds", layout.gpus, layout.tp, layout.cp, layout.pp, layout.vpp, layout.dp, layout.ep,
                layout.sequence_parallel, layout.recompute, layout.zero_stage >= 3, layout.batch if self.measured else 0,

@@ -217,7 +217,6 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
             if prune and len(best) >= keep and bounds[i] > best[-1] and bounds[i] > best_at.get(variant.gpus, float("inf")):
                 c.reason = "bound"
                 c.detail = f"{variant.label()}: at least {bounds[i]:.6g} {objective} per sample, the {keep}th best {best[-1]:.6g}"
-                c.memory_bytes = evaluator.memory(variant, sync, evaluator.bounds(variant, sync.backend))
                 continue
             try:
                 c.outcome = evaluator.evaluate(variant, sync)
@@ -270,6 +269,7 @@ def variants(evaluator: Evaluator, layout: Layout, backend: str) -> list[tuple[L
     recomputes = request.recompute if arch is not None else request.recompute[:1]
     base = Sync.of(backend, "auto", None, None, request.bucket_mib[0])
     out: list[tuple[Layout, tuple[str, str, float] | None]] = []
+    fits_unsharded: set[str] = set()  # recomputations that fit without ZeRO: they fit with ZeRO-1/2 too
     for stage in stages:
         fitted = None
         for recompute in recomputes:
@@ -280,10 +280,14 @@ def variants(evaluator: Evaluator, layout: Layout, backend: str) -> list[tuple[L
             if fitted is not None:
                 out.append((variant, ("heavier", f"{variant.label()}: recompute {fitted} fits", 0.0)))
                 continue
-            need = evaluator.memory(variant, base, evaluator.bounds(variant, backend))
-            if need > request.memory_limit_bytes:
-                out.append((variant, ("memory", f"{variant.label()}: {need / 2**30:.1f} GiB per GPU", need)))
-                continue
+            # ZeRO-1/2 only shard what stage 0 holds (no buffer of their own): what fits unsharded fits
+            if not (stage in (1, 2) and recompute in fits_unsharded):
+                need = evaluator.memory(variant, base, evaluator.bounds(variant, backend))
+                if need > request.memory_limit_bytes:
+                    out.append((variant, ("memory", f"{variant.label()}: {need / 2**30:.1f} GiB per GPU", need)))
+                    continue
+            if stage == 0:
+                fits_unsharded.add(recompute)
             fitted = recompute
             out.append((variant, None))
     return out
