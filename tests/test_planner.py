@@ -70,6 +70,15 @@ CASES = [
     # NCCL's socket settings (NCCL candidates only; gloo's keep one stream each) over 100 GbE TCP
     ({"model": "resnet50"}, {"gpus": 16, **A100, "inter_link": "tcp_100gbe"},
      {"max_gpus": 16, "backends": ["nccl", "gloo"], "bucket_mib": [25], "codecs": ["none"]}, {"nccl_socket_nthreads": 4}),
+    # a mixture of experts with every large-model dimension: cp, ep, SP, vpp, ZeRO, recomputation
+    ({"model": "mixtral_8x7b", "architecture": {"layers": 4}, "seq_len": 2048},
+     {"gpus": 16, **A100, "nics_per_node": 2},
+     {"global_batch": 16, "max_cp": 2, "backends": ["nccl", "mpi"], "bucket_mib": [25], "codecs": ["none"],
+      "max_memory_gib": 30}, None),
+    # a dense decoder in eager attention at a long sequence (selective recomputation matters)
+    ({"model": "llama2_7b", "architecture": {"layers": 8}, "seq_len": 8192},
+     {"gpus": 16, **A100}, {"global_batch": 8, "max_cp": 4, "backends": ["nccl"], "bucket_mib": [25]},
+     {"attention": "eager"}),
 ]
 
 
@@ -272,3 +281,24 @@ def test_a_space_too_large_is_refused_before_simulating():
     with pytest.raises(ConfigError) as err:  # millions of micro-batches per pipeline
         plan_search(huge)
     assert err.value.field == "--max-micro-batches" and "1,048,576 micro-batches" in str(err.value)
+
+
+def test_every_kind_of_large_model_candidate_is_what_simulate_says():
+    """One simulated candidate of every combination of the large-model settings the search found
+    (context and expert parallelism, interleaving, ZeRO stage, recomputation, sequence parallelism,
+    library) for a mixture of experts: the planner's figures are simulate()'s, bit for bit."""
+    workload, cluster, plan, strategy = CASES[5]
+    req = request(workload, cluster, plan, strategy)
+    result = plan_search(req)
+    picked = {}
+    for c in result.ranked:
+        la = c.layout
+        picked.setdefault((la.cp > 1, la.ep > 1, la.vpp > 1, la.zero_stage, la.recompute, la.sequence_parallel,
+                           c.sync.backend), c)
+    kinds = set(picked)
+    assert {k[0] for k in kinds} == {False, True} and {k[1] for k in kinds} == {False, True}
+    assert {k[3] for k in kinds} >= {0, 3} and True in {k[2] for k in kinds}
+    for c in picked.values():
+        sim = simulate(scenario_from_dict(c.spec(req)))
+        for name in FIELDS:
+            assert getattr(c.outcome, name) == getattr(sim, name), (name, c.label())

@@ -175,7 +175,7 @@ def cp_degrees(request: PlanRequest, most: int) -> list[int]:
     """Context-parallel degrees: 1, and for a transformer the divisors of ``most`` up to max_cp
     with 2 x cp dividing the sequence (Megatron-LM's 2 x cp chunks)."""
     arch = request.workload.architecture
-    if arch is None:
+    if arch is None or request.strategy.attention == "eager":  # ring attention runs flash kernels
         return [1]
     return [c for c in _divisors(most) if c <= request.max_cp and (c == 1 or arch.seq_len % (2 * c) == 0)]
 
