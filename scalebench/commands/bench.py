@@ -152,16 +152,17 @@ def _bench_plan(args: argparse.Namespace) -> dict:
 
 
 def _plan_lines(args: argparse.Namespace, r: dict) -> list[str]:
+    searched = r["enumerated"] / r["cpu_s_median"] if r["cpu_s_median"] > 0 else float("inf")
     return [
         f"\nplan search: {args.plan_model} on {args.plan_gpus} a100 (8 per node, nvlink3 + ib_hdr), global batch "
-        f"{args.plan_global_batch}, every layout, library, codec and bucket; flush {args.plan_flush}; "
-        f"median of {args.plan_repeats} runs, one process",
+        f"{args.plan_global_batch}, every layout, library, codec and bucket, ZeRO stage, recomputation, interleaving "
+        f"(context parallelism from 16k tokens); flush {args.plan_flush}; median of {args.plan_repeats} runs, one process",
         f"{'candidates':>11} {'simulated':>10} {'wall (median)':>14} {'wall min-max':>16} {'cpu (median)':>13} "
-        f"{'simulated/s':>12} {'runs of the':>12} {'peak RSS':>10}",
-        f"{'':>11} {'':>10} {'s':>14} {'s':>16} {'s':>13} {'':>12} {'event layer':>12} {'MiB':>10}",
+        f"{'searched/s':>11} {'simulated/s':>12} {'runs of the':>12} {'peak RSS':>10}",
+        f"{'':>11} {'':>10} {'s':>14} {'s':>16} {'s':>13} {'(cpu)':>11} {'(wall)':>12} {'event layer':>12} {'MiB':>10}",
         f"{r['enumerated']:>11,} {r['simulated']:>10,} {r['wall_s_median']:>14.2f} {r['wall_s_min']:>7.2f}-"
-        f"{r['wall_s_max']:<8.2f} {r['cpu_s_median']:>13.2f} {r['per_s']:>12,.0f} {r['simulations']:>12,} "
-        f"{r['peak_rss_mib']:>10.1f}",
+        f"{r['wall_s_max']:<8.2f} {r['cpu_s_median']:>13.2f} {searched:>11,.0f} {r['per_s']:>12,.0f} "
+        f"{r['simulations']:>12,} {r['peak_rss_mib']:>10.1f}",
         f"  winner: {r['winner']}",
     ]
 
