@@ -54,6 +54,19 @@ def plan_columns(spec: dict[str, Any], options: dict[str, Any]) -> dict[str, Any
     }
 
 
+def _large_model_words(r) -> str:
+    """The winner's large-model settings away from their defaults ('cp 2, sp, zero 3, ')."""
+    words = [f"{name} {int(r[key])}" for key, name in (("cp", "cp"), ("vpp", "vpp"), ("ep", "ep"))
+             if key in r and pd.notna(r[key]) and int(r[key]) > 1]
+    if str(r.get("sequence_parallel", "")).lower() == "true":
+        words.append("sp")
+    if "zero_stage" in r and pd.notna(r["zero_stage"]) and int(r["zero_stage"]):
+        words.append(f"zero {int(r['zero_stage'])}")
+    if r.get("recompute") not in (None, "none", "") and pd.notna(r.get("recompute")):
+        words.append(f"recompute {r['recompute']}")
+    return ", ".join(words) + (", " if words else "")
+
+
 def plan_table(df: pd.DataFrame, meta: dict[str, Any]) -> str:
     """One line per point: the swept values, the chosen configuration and what it achieves."""
     axes = [a for a in meta.get("axes", []) if a in df.columns]
@@ -68,7 +81,7 @@ def plan_table(df: pd.DataFrame, meta: dict[str, Any]) -> str:
         m = int(r["micro_batches"])
         layout = (f"{int(r['world_size'])} GPUs, dp {int(r['dp'])} x pp {int(r['pp'])} x tp {int(r['tp'])}, "
                   f"{m} micro-batch{'es' if m > 1 else ''}{' ' + str(r['schedule']) if int(r['pp']) > 1 else ''}, "
-                  f"{r['backend']} {r['collective']}{codec}, bucket {r['bucket_mib']:g} MiB")
+                  f"{_large_model_words(r)}{r['backend']} {r['collective']}{codec}, bucket {r['bucket_mib']:g} MiB")
         rows.append({**row, "best configuration": layout,
                      "iteration": f"{1e3 * r['iteration_time_s']:.1f} ms",
                      "samples/s": f"{r['throughput_samples_per_s']:,.0f}",
