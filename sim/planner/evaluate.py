@@ -479,7 +479,7 @@ class Evaluator:
         busiest = max(range(p), key=lambda s: dev_f[s] + dev_b[s])
         busy = m * (dev_f[busiest] + dev_b[busiest])
         compute = busy + opt_s[busiest]
-        bubble = max(flush) - busy
+        bubble = max(0.0, max(flush) - busy)  # as run_pipeline clamps it
         layer_ids = [i for lo, hi in bounds[busiest::p] for i in range(lo, hi)]
         passes = self._passes(layout, sync.backend)
         tp_s = sum(passes.tp_comm_s[i] for i in layer_ids)
