@@ -18,13 +18,13 @@ from sim.costs.compute import layer_times_s, workload_optimizer_time_s
 from sim.costs.contention import comm_compute_slowdown
 from sim.costs.coordination import NEGOTIATIONS
 from sim.costs.fusion import fusion_copy_s, horovod_fusion_batches
+from sim.costs.passes import layer_passes, pass_options
 from sim.costs.ps import (
     mxnet_key_placement,
     ps_placed_push_pull,
     round_robin_placement,
     server_bytes,
 )
-from sim.costs.passes import layer_passes, pass_options
 from sim.scenario import Scenario
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.units import MIB
