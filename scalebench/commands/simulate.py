@@ -209,8 +209,8 @@ def breakdown_table(row: dict) -> str:
 def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:
     """Lines for the breadth columns, shown only when they apply."""
     lines = []
-    large = [f"{name} {row[key]}" for key, name in (("cp", "cp"), ("ep", "ep"), ("vpp", "vpp"), ("zero_stage", "ZeRO"))
-             if row.get(key, 1 if key != "zero_stage" else 0) not in (1, 0)]
+    large = [f"{name} {row[key]}" for key, name in (("cp", "cp"), ("ep", "ep"), ("vpp", "vpp")) if row.get(key, 1) != 1]
+    large += [f"ZeRO {row['zero_stage']}"] if row.get("zero_stage", 0) else []
     large += ["sequence parallel"] if row.get("sequence_parallel") else []
     large += [f"recompute {row['recompute']}"] if row.get("recompute", "none") != "none" else []
     if row.get("tp", 1) > 1 or row.get("pp", 1) > 1 or large:
@@ -218,7 +218,7 @@ def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:
                      f"{row['micro_batches']} micro-batches{', ' + row['schedule'] if row['schedule'] else ''}"
                      f"{'; ' + ', '.join(large) if large else ''}")
     for key, label in (("bubble_time_s", "pipeline bubble"), ("pp_comm_time_s", "stage sends (busiest)"),
-                       ("tp_comm_time_s", "tensor-parallel collectives"), ("recompute_time_s", "recomputation"),
+                       ("tp_comm_time_s", "TP collectives"), ("recompute_time_s", "recomputation"),
                        ("model_comm_time_s", "CP/EP/ZeRO-3 comm"), ("codec_time_s", f"codec {row.get('codec', '')}"),
                        ("coordination_time_s", "coordination (busy)")):
         if row.get(key):
