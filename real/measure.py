@@ -204,6 +204,8 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         # simulator columns that are not measured separately here
         "codec_time_s": NAN,
         "coordination_time_s": NAN,
+        "data_time_s": NAN,
+        "data_wait_time_s": NAN,
         "bubble_time_s": NAN,
         "tp_comm_time_s": NAN,
         "pp_comm_time_s": NAN,

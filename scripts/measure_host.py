@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
           f"python {platform.python_version()}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     copy_Bps, reduce_Bps = memory_rates_Bps(max(args.repeats, 9))
+    print(f"cores: {os.cpu_count()}   (os.cpu_count(): the logical CPUs; give the physical cores if hyperthreads are on)")
     print(f"memcpy_GBps: {copy_Bps / 1e9:.2f}   (numpy.copyto of 64 MiB, one core, median)")
     print(f"reduce_GBps: {reduce_Bps / 1e9:.2f}   (float32 c = a + b of 64 MiB, 3 x 4 bytes per element, one core, median)")
     if cores:

@@ -228,12 +228,28 @@ def compute_scale_factor(scenario: Scenario, calibration: dict[str, Any]) -> flo
         measured_s = batch / figure
     if figure == float("inf"):
         raise ConfigError(field, figure, "a positive finite number")
+    _check_fed(scenario, batch, measured_s, field, figure)
     times, optimizer_s = _layer_and_optimizer_s(scenario, batch)
     layers_s = sum(f + b for f, b in times)
     if measured_s <= optimizer_s or layers_s <= 0:
         raise ConfigError(field, calibration[field.split(".")[1]],
                           f"an iteration longer than the modelled optimizer step ({optimizer_s:.3g} s)")
     return (measured_s - optimizer_s) / layers_s
+
+
+def _check_fed(scenario: Scenario, batch: int, measured_s: float, field: str, figure: float) -> None:
+    """A one-GPU figure is taken as the GPU's own time; with real data the host must be able to
+    feed it (sim/costs/input_pipeline.py), else the figure contradicts the host and loader named."""
+    from sim.simulate import node_data
+
+    single = scenario.with_world_size(1)
+    single = replace(single, workload=single.workload.with_batch_size(batch))
+    data = node_data(single)
+    if data is not None and data.time_s > measured_s * (1 + 1e-9):
+        loader = scenario.strategy.data_loader or "the default loader"
+        raise ConfigError(field, figure, f"at most what the input pipeline feeds one GPU: {loader} on "
+                          f"{data.cores:g} cores prepares {batch / data.time_s:.4g} samples/s "
+                          f"({batch} in {data.time_s:.4g} s; workload.data {scenario.workload.data})")
 
 
 def apply_throughput_calibration(scenario: Scenario, calibration: dict[str, Any]) -> Scenario:

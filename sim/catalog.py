@@ -61,6 +61,9 @@ class GPU:
     nvlinks: int = 0
     """NVLink links per GPU; NCCL's topology gives each one ncclTopoNVLinkBw(compute capability)
     (src/graph/topo.h)."""
+    host: str | None = None
+    """The host (a key of the catalog's hosts) the GPU usually sits in: a cluster of these GPUs
+    that names no ``cluster.host`` runs on it; None: the catalog's DEFAULT_HOST."""
     source: str = ""
 
     def flops_for(self, dtype: str) -> float:
@@ -134,7 +137,7 @@ class Link:
 
 _GPU_KEYS = (
     "peak_tflops", "memory_bandwidth_GBps", "memory_GiB", "efficiency", "launch_overhead_us", "kind",
-    "compute_capability", "nvlinks", "sm_count", "base", "compute_scale", "source",
+    "compute_capability", "nvlinks", "sm_count", "host", "base", "compute_scale", "source",
 )
 _GPU_BASED_KEYS = ("base", "compute_scale", "source")
 """What an entry that starts from another GPU (``base:``) may give: a calibration of it."""
@@ -212,6 +215,9 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
     if kind not in DEVICE_KINDS:
         raise ConfigError(f"{where}.{name}.kind", kind, DEVICE_KINDS)
     cc = spec.get("compute_capability")
+    host = spec.get("host")
+    if host is not None and (not isinstance(host, str) or not host):
+        raise ConfigError(f"{where}.{name}.host", host, "the name of a host entry (sim/data/hosts.yaml or catalog: hosts:)")
     return GPU(
         name=name,
         peak_flops=flops,
@@ -226,6 +232,7 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
         nvlinks=require_positive(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
         sm_count=require_positive(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
         compute_scale=scale,
+        host=host,
         source=str(spec.get("source", "")),
     )
 
@@ -350,6 +357,9 @@ class Host:
 
     name: str
     cpu: str = ""
+    cores: int
+    """Physical cores of the whole node (all sockets; a VM's vCPUs): what the input pipeline's
+    workers and the training processes share (sim.costs.input_pipeline)."""
     tcp_stream_Bps: float
     """What one TCP stream's kernel copies reach (one core sends it, one receives it)."""
     memcpy_Bps: float
@@ -362,7 +372,8 @@ class Host:
     source: str = ""
 
 
-_HOST_KEYS = ("cpu", "tcp_stream_Gbps", "memcpy_GBps", "reduce_GBps", "pcie_link", "assumed", "source")
+_HOST_KEYS = ("cpu", "cores", "tcp_stream_Gbps", "memcpy_GBps", "reduce_GBps", "pcie_link", "assumed", "source")
+_HOST_REQUIRED = ("cores", "tcp_stream_Gbps", "memcpy_GBps", "reduce_GBps", "pcie_link")
 DEFAULT_HOST = "epyc_vm_2026"
 """The host a cluster that names none runs on: the machine scalebench's own figures were measured on."""
 
@@ -372,14 +383,16 @@ def host_from_dict(name: str, spec: dict[str, Any], links: dict[str, Link], wher
     if not isinstance(spec, dict):
         raise ConfigError(here, spec, "a mapping with keys " + ", ".join(_HOST_KEYS))
     reject_unknown_keys(here, spec, _HOST_KEYS)
-    for key in ("tcp_stream_Gbps", "memcpy_GBps", "reduce_GBps", "pcie_link"):
+    for key in _HOST_REQUIRED:
         if key not in spec:
-            raise ConfigError(f"{here}.{key}", None, "required (" + ", ".join(_HOST_KEYS[1:5]) + ")")
+            raise ConfigError(f"{here}.{key}", None, "required (" + ", ".join(_HOST_REQUIRED) + ")")
     pcie = spec["pcie_link"]
     if pcie not in links or links[pcie].kind != "pcie":
         raise ConfigError(f"{here}.pcie_link", pcie, sorted(n for n, link in links.items() if link.kind == "pcie"))
     return Host(
         name=name, cpu=str(spec.get("cpu", "")),
+        cores=require_positive(f"{here}.cores", spec["cores"], integer=True, maximum=65536,
+                               why="cores of one node (the largest two-socket servers have a few hundred)"),
         tcp_stream_Bps=gbit_per_s_to_Bps(require_positive(f"{here}.tcp_stream_Gbps", spec["tcp_stream_Gbps"])),
         memcpy_Bps=gbyte_per_s_to_Bps(require_positive(f"{here}.memcpy_GBps", spec["memcpy_GBps"])),
         reduce_Bps=gbyte_per_s_to_Bps(require_positive(f"{here}.reduce_GBps", spec["reduce_GBps"])),
@@ -436,6 +449,7 @@ class Catalog:
             links[name] = link_from_dict(name, spec, f"{where}.links", links)
         for name, spec in require_mapping(f"{where}.hosts", extra.get("hosts") or {}, "a mapping of host name to its entry").items():
             hosts[name] = host_from_dict(name, spec, links, f"{where}.hosts")
+        _check_gpu_hosts({n: gpus[n] for n in (extra.get("gpus") or {})}, hosts, f"{where}.gpus")
         terms = self.terms
         if extra.get("calibration") is not None:
             terms = terms_from_dict(extra["calibration"], f"{where}.calibration")
@@ -450,11 +464,25 @@ def builtin_catalog() -> Catalog:
     for n, s in _read_builtin("links.yaml").items():
         links[n] = link_from_dict(n, s, "sim/data/links.yaml", links)
     hosts = {n: host_from_dict(n, s, links, "sim/data/hosts.yaml") for n, s in _read_builtin("hosts.yaml").items()}
+    _check_gpu_hosts(gpus, hosts, "sim/data/gpus.yaml")
     return Catalog(gpus, links, hosts)
 
 
+def _check_gpu_hosts(gpus: dict[str, GPU], hosts: dict[str, Host], where: str) -> None:
+    for name, gpu in gpus.items():
+        if gpu.host is not None and gpu.host not in hosts:
+            raise ConfigError(f"{where}.{name}.host", gpu.host, hosts)
+
+
+def usual_host(gpu: GPU, catalog: Catalog) -> Host | None:
+    """The host a cluster of ``gpu`` runs on when it names none: the GPU entry's ``host``
+    (its era's usual server), or None (the DEFAULT_HOST)."""
+    return catalog.hosts.get(gpu.host) if gpu.host is not None else None
+
+
 def host_of(cluster: Any) -> Host:
-    """The cluster's host (``cluster.host``), or the built-in DEFAULT_HOST where it names none."""
+    """The cluster's host (``cluster.host``: named, or its GPU's usual one), or the built-in
+    DEFAULT_HOST where neither gives one."""
     return cluster.host if getattr(cluster, "host", None) is not None else builtin_catalog().hosts[DEFAULT_HOST]
 
 

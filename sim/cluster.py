@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.catalog import GPU, Catalog, Host, Link
+from sim.catalog import GPU, Catalog, Host, Link, usual_host
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
 from sim.topology.spec import Topology
 
@@ -34,8 +34,10 @@ class Cluster:
     With a fabric (``topology``) the bottleneck tier's share for the node-major ring over the
     placement (sim.costs.tiers.ring_view): what the fast path divides a NIC's rate by."""
     host: Host | None = None
-    """The nodes' CPU side (sim/data/hosts.yaml): one core's TCP stream, memcpy and reduction
-    rates, the GPUs' PCIe link; None: the catalog's DEFAULT_HOST (sim.catalog.host_of)."""
+    """The nodes' CPU side (sim/data/hosts.yaml): cores, one core's TCP stream, memcpy and
+    reduction rates, the GPUs' PCIe link. ``cluster.host`` names it; a cluster that names none gets
+    its GPU's usual host (the GPU entry's ``host``: sim.catalog.usual_host); None: the catalog's
+    DEFAULT_HOST (sim.catalog.host_of)."""
     topology: Topology | None = None
     """The fabric and the placement of the nodes on it; None: one switch (the figures above).
     With a fabric, ``inter_link`` is the NICs' link with the ring's longest path's extra switch
@@ -98,11 +100,12 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     if nodes * per_node > MAX_WORLD_SIZE:
         raise ConfigError(f"{where}.nodes", nodes, f"at most {MAX_WORLD_SIZE // per_node:,} with gpus_per_node={per_node} "
                           f"(at most {MAX_WORLD_SIZE:,} GPUs: {_WHY_MAX})")
-    host = catalog.host(spec["host"], f"{where}.host") if "host" in spec else None
+    gpu = catalog.gpu(spec.get("gpu", "v100"), f"{where}.gpu")
+    host = catalog.host(spec["host"], f"{where}.host") if "host" in spec else usual_host(gpu, catalog)
     cluster = Cluster(
         nodes=nodes,
         gpus_per_node=per_node,
-        gpu=catalog.gpu(spec.get("gpu", "v100"), f"{where}.gpu"),
+        gpu=gpu,
         intra_link=_on_host(catalog.link(spec.get("intra_link", "nvlink2"), f"{where}.intra_link"), host),
         inter_link=_on_host(catalog.link(spec.get("inter_link", "ib_edr"), f"{where}.inter_link"), host),
         host=host,

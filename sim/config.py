@@ -110,9 +110,12 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
         raise ConfigError("strategy.protocol", strategy.protocol,
                           f"auto with backend {backend}" if not library.protocols
                           else f"one of auto, {', '.join(library.protocols)} with backend {backend}")
-    if strategy.root_collective is not None and strategy.root_collective not in library.algorithms:
+    from sim.costs.comm import COMPOSED_ROOT_COLLECTIVES
+
+    roots = library.algorithms + COMPOSED_ROOT_COLLECTIVES
+    if strategy.root_collective is not None and strategy.root_collective not in roots:
         raise ConfigError("strategy.root_collective", strategy.root_collective,
-                          f"one of {', '.join(library.algorithms)} with backend {backend}")
+                          f"one of {', '.join(roots)} with backend {backend}")
     for field in ("nccl_socket_nthreads", "nccl_nsocks_perthread"):
         if getattr(strategy, field) is not None and backend != "nccl":
             raise ConfigError(f"strategy.{field}", getattr(strategy, field), "only with backend nccl (NCCL's socket transport)")

@@ -22,6 +22,8 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "model": ("workload", "model", str, "a zoo model: {models} (real: a CPU-sized one; your own: a config with "
               "workload.layers_file from `scalebench layers`)", BOTH),
     "batch_size": ("workload", "batch_size", int, "samples per GPU (per rank) per iteration; default: the model's", BOTH),
+    "data": ("workload", "data", str, "what the job reads: {data_kinds} (real images are decoded on the host's "
+             "cores and may bound the step; default synthetic)", SIM),
     "seq_len": ("workload", "seq_len", int, "tokens per sample of a transformer model (bert_*, gpt2_*, llama2_*)", SIM),
     "gpus": ("cluster", "gpus", int, "world size (real: ranks started on this machine; default 2)", BOTH),
     "gpus_per_node": ("cluster", "gpus_per_node", int, "GPUs per node", SIM),
@@ -40,7 +42,12 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "mpi_library": ("strategy", "mpi_library", str, "MPI implementation: {mpi_libraries} (default mpich-3)", SIM),
     "mpi_gpu_buffers": ("strategy", "mpi_gpu_buffers", str, "how MPI reaches GPU tensors: {mpi_gpu_buffers} "
                         "(default host_copy: not CUDA-aware, copied through pageable host memory)", SIM),
-    "host": ("cluster", "host", str, "the nodes' CPU side (TCP stream, memcpy, reduction rates): {hosts}", SIM),
+    "host": ("cluster", "host", str, "the nodes' CPU side (cores, TCP stream, memcpy, reduction rates): {hosts} "
+             "(default: the GPU's usual host)", SIM),
+    "data_loader": ("strategy", "data_loader", str, "what decodes real images: {loaders} (default: the framework's, "
+                    "else pytorch_dataloader)", SIM),
+    "data_workers": ("strategy", "data_workers", int, "workers per loader (num_workers, n_processes, preprocess_threads; "
+                     "default: the loader's)", SIM),
     "collective": ("strategy", "collective", str, "gradient reduction: {collectives} (real: ps = a parameter server)", BOTH),
     "ps_servers": ("strategy", "ps_servers", int, "parameter-server shards, with --collective ps", BOTH),
     "bucket_mib": ("strategy", "bucket_mib", float, "gradient bucket size in MiB (DDP's bucket_cap_mb; default 25)", BOTH),
@@ -70,6 +77,7 @@ def vocabulary() -> dict[str, str]:
     from sim.costs.backends import BACKENDS
     from sim.costs.backends.mpi import GPU_BUFFERS, MPI_LIBRARIES
     from sim.costs.backends.nccl_tables import known_versions
+    from sim.costs.input_pipeline import DATA_KINDS, LOADERS
     from sim.frameworks import FRAMEWORKS
     from sim.strategy import COLLECTIVES, PRECISIONS, PROTOCOLS, PS_MODES, PS_PLACEMENTS, SCHEDULES
     from sim.workload import zoo_names
@@ -80,7 +88,7 @@ def vocabulary() -> dict[str, str]:
              "codec_paths": CODEC_PATHS, "schedules": SCHEDULES, "ps_modes": PS_MODES, "ps_placements": PS_PLACEMENTS,
              "frameworks": list(FRAMEWORKS), "backends": list(BACKENDS), "protocols": PROTOCOLS,
              "nccl_versions": known_versions(), "mpi_libraries": list(MPI_LIBRARIES), "mpi_gpu_buffers": GPU_BUFFERS,
-             "hosts": sorted(catalog.hosts)}
+             "hosts": sorted(catalog.hosts), "data_kinds": DATA_KINDS, "loaders": list(LOADERS)}
     return {k: ", ".join(v) for k, v in lists.items()}
 
 

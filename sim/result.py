@@ -102,6 +102,13 @@ class IterationResult:
     """Detailed mode: every link that carried bytes (sim.engine.flows)."""
     flow_engine: str = ""
     """Detailed mode: event (every message an event) or periodic (rings as periodic schedules)."""
+    data_time_s: float = 0.0
+    """Seconds the node's host needs to decode and augment one iteration's real images
+    (sim/costs/input_pipeline.py), prepared while the GPUs compute the previous batch; 0 with
+    synthetic data."""
+    data_wait_time_s: float = 0.0
+    """Time the iteration waits for its input beyond the GPUs' own work: max(0, data_time_s - the
+    GPU timeline). Above 0 the input pipeline bounds the step."""
 
     def hottest_links(self, count: int = 5) -> list[LinkStat]:
         """The links busy for the largest share of the iteration (ties: more bytes first)."""
@@ -158,6 +165,8 @@ class IterationResult:
             "model_comm_time_s": self.model_comm_time_s,
             "recompute_time_s": self.recompute_time_s,
             "memory_bytes": self.memory_bytes,
+            "data_time_s": self.data_time_s,
+            "data_wait_time_s": self.data_wait_time_s,
             # one synchronous iteration applies fresh gradients; sim.run.RunResult reports runs
             "staleness_mean": 0.0,
         }

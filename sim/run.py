@@ -148,11 +148,25 @@ def _iteration_time_fn(scenario: Scenario) -> Callable[[float], float]:
     return fast_time
 
 
+def _data_floor_s(scenario: Scenario) -> float:
+    """The node's input pipeline per iteration (sim.simulate.node_data): no step is shorter; 0
+    with synthetic data."""
+    from sim.simulate import node_data
+
+    data = node_data(scenario)
+    return 0.0 if data is None else data.time_s
+
+
 def _sync_run(scenario: Scenario, iterations: int, rng: np.random.Generator) -> RunResult:
     """Bulk-synchronous iterations; on a failure, roll back to the last checkpoint, pay the restart."""
     faults = scenario.faults
     scales = _factors(scenario, iterations, rng).max(axis=1)
-    time_of = _iteration_time_fn(scenario)
+    gpu_time_of = _iteration_time_fn(scenario)
+    floor = _data_floor_s(scenario)
+
+    def time_of(scale: float) -> float:
+        return max(gpu_time_of(scale), floor)
+
     cache: dict[float, float] = {}
     replicas = scenario.strategy.dp_degree(scenario.cluster.world_size)
     samples_per_iteration = replicas * scenario.workload.batch_size
@@ -206,7 +220,9 @@ def build_async_plan(scenario: Scenario, iterations: int, rng: np.random.Generat
     update = [OPTIMIZER_TRAFFIC[w.optimizer] * b / wire_per_param * dtype / c.gpu.memory_bandwidth_Bps for b in held]
     link = c.inter_link
     return AsyncPlan(
-        compute_s=nominal * _factors(scenario, iterations, rng),
+        # a worker's step is no shorter than its node's loader needs for its batch (the pipeline
+        # prefetches through the pull and push too, so this is an upper bound on its effect)
+        compute_s=np.maximum(nominal * _factors(scenario, iterations, rng), _data_floor_s(scenario)),
         server_bytes=tuple(held),
         server_Bps=link.effective_Bps / c.oversubscription,
         worker_Bps=link.effective_Bps * c.nics_per_node / c.oversubscription,

@@ -60,6 +60,7 @@ def field_types() -> dict[str, Any]:
     from sim.catalog import _HOST_KEYS, _LINK_KEYS
     from sim.costs.backends.mpi import GPU_BUFFERS, MPI_LIBRARIES
     from sim.costs.backends.nccl_tables import known_versions
+    from sim.costs.input_pipeline import DATA_KINDS, LOADERS
     row_types: dict[str, Any] = {
         "layer": STRING, "name": STRING, "kind": STRING, "param_count": INT_NONNEG, "fwd_flops": NUM_NONNEG,
         "bwd_flops": NUM_NONNEG, "activation_elems": NUM_NONNEG, **{c: NUM_NONNEG for c in TIME_COLUMNS}}
@@ -73,6 +74,7 @@ def field_types() -> dict[str, Any]:
         "workload.layers_file": STRING,
         "workload.seq_len": INT_POS,
         "workload.architecture": "architecture",
+        "workload.data": _enum(DATA_KINDS),
         "architecture.family": _enum(FAMILIES),
         **{f"architecture.{k}": INT_POS for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
                                                   "experts_per_token", "moe_ffn_hidden")},
@@ -108,6 +110,7 @@ def field_types() -> dict[str, Any]:
         "strategy.ps_placement": _enum(PS_PLACEMENTS), "strategy.staleness_penalty": _enum(STALENESS_PENALTIES),
         "strategy.max_staleness": INT_NONNEG,
         **large_model_fields(),
+        "strategy.data_loader": _enum(LOADERS), "strategy.data_workers": {"type": "integer", "minimum": 1, "maximum": 4096},
         "simulation.fidelity": _enum(FIDELITIES), "simulation.seed": INT_NONNEG, "simulation.check_memory": BOOL,
         "simulation.flow_engine": _enum(FLOW_ENGINES),
         "heterogeneity.jitter_cv": NUM_NONNEG, "heterogeneity.slow_nodes": INT_NONNEG,
@@ -122,6 +125,7 @@ def field_types() -> dict[str, Any]:
         "gpu.launch_overhead_us": NUM_NONNEG, "gpu.kind": _enum(DEVICE_KINDS), "gpu.compute_capability": NUM_POS,
         "gpu.nvlinks": INT_NONNEG, "gpu.sm_count": INT_NONNEG, "gpu.source": STRING,
         "gpu.base": {"type": "string", "examples": sorted(catalog.gpus)}, "gpu.compute_scale": NUM_POS,
+        "gpu.host": {"type": "string", "examples": sorted(catalog.hosts)},
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
         "link.latency_us": NUM_NONNEG, "link.software_latency_us": NUM_NONNEG, "link.efficiency": FRACTION,
         "link.mtu_bytes": {"type": "integer", "minimum": 53}, "link.per_flow_Gbps": NUM_POS, "link.tcp_window_MiB": NUM_POS,
@@ -136,7 +140,8 @@ def field_types() -> dict[str, Any]:
             for proto in ("LL", "LL128", "Simple")}},
         "link.source": STRING,
         "link.assumed": {"type": "array", "items": _enum(k for k in _LINK_KEYS if k not in ("assumed", "source", "base"))},
-        "host.cpu": STRING, "host.tcp_stream_Gbps": NUM_POS, "host.memcpy_GBps": NUM_POS, "host.reduce_GBps": NUM_POS,
+        "host.cpu": STRING, "host.cores": {"type": "integer", "minimum": 1, "maximum": 65536},
+        "host.tcp_stream_Gbps": NUM_POS, "host.memcpy_GBps": NUM_POS, "host.reduce_GBps": NUM_POS,
         "host.pcie_link": {"type": "string", "examples": sorted(n for n, k in catalog.links.items() if k.kind == "pcie")},
         "host.assumed": {"type": "array", "items": _enum(k for k in _HOST_KEYS if k not in ("assumed", "source"))},
         "host.source": STRING,

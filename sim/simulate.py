@@ -29,8 +29,32 @@ def pipelined(strategy) -> bool:
     return strategy.model_parallel or strategy.micro_batches > 1 or strategy.zero_stage >= 3
 
 
+def node_data(scenario: Scenario):
+    """The node's input pipeline per iteration (sim.costs.input_pipeline.node_data), None with
+    synthetic data: the replicas' images spread over the nodes (gpus_per_node x batch under data
+    parallelism), one training process per GPU."""
+    from sim.catalog import host_of
+    from sim.costs.input_pipeline import DEFAULT_LOADER
+    from sim.costs.input_pipeline import node_data as costed
+
+    s, c, w = scenario.strategy, scenario.cluster, scenario.workload
+    images = s.dp_degree(c.world_size) * w.batch_size / c.nodes
+    return costed(w.data, s.data_loader or DEFAULT_LOADER, images, c.gpus_per_node, host_of(c).cores, s.data_workers)
+
+
+def with_input_pipeline(result: IterationResult, scenario: Scenario) -> IterationResult:
+    """The iteration bounded by its node's input pipeline: max(GPU timeline, data time), the
+    difference reported as data_wait_time_s (sim/costs/input_pipeline.py)."""
+    data = node_data(scenario)
+    if data is None:
+        return result
+    wait = max(0.0, data.time_s - result.iteration_time_s)
+    return replace(result, iteration_time_s=result.iteration_time_s + wait, data_time_s=data.time_s,
+                   data_wait_time_s=wait)
+
+
 def baseline_time_s(scenario: Scenario) -> float:
-    """T1: the same per-GPU work on a single GPU (nothing to communicate).
+    """T1: the same per-GPU work on a single GPU (nothing to communicate), fed by the same host.
 
     With model parallelism, the whole batch of one replica on one GPU, as plain data parallelism
     (a GPU of unbounded memory: no recomputation, no sharding)."""
@@ -38,7 +62,7 @@ def baseline_time_s(scenario: Scenario) -> float:
     single = replace(single, strategy=replace(single.strategy, kind="data_parallel", dp=None, tp=1, pp=1,
                                               micro_batches=1, codec=None, codec_path=None, cp=1, ep=1, vpp=1,
                                               sequence_parallel=False, recompute="none", zero_stage=0))
-    return run_fast(build_plan(single), 1, scenario.workload.batch_size).iteration_time_s
+    return with_input_pipeline(run_fast(build_plan(single), 1, scenario.workload.batch_size), single).iteration_time_s
 
 
 def _changed(value: object, default: object) -> str:
@@ -70,6 +94,6 @@ def simulate(scenario: Scenario) -> IterationResult:
     from sim.memory import memory_per_rank
 
     check_one_iteration(scenario)
-    result = _run(scenario)
+    result = with_input_pipeline(_run(scenario), scenario)
     memory = max(b.total_bytes for b in memory_per_rank(scenario))
     return replace(result, baseline_time_s=baseline_time_s(scenario), memory_bytes=memory)

@@ -65,6 +65,7 @@ STRATEGY_KEYS = (
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
     "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
     "sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "attention", "moe_capacity_factor",
+    "data_loader", "data_workers",
 )
 LLM_FIELDS = ("sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "attention", "moe_capacity_factor")
 """The large-model fields (issue 28) and their framework names: sequence_parallel (Megatron-LM
@@ -138,7 +139,9 @@ class Strategy:
     None: the transport alone."""
     root_collective: str | None = None
     """With collective=hierarchical_root: the library's algorithm for the allreduce among the node
-    roots (a key of the backend's algorithms, e.g. gloo's halving_doubling); None: its choice."""
+    roots (a key of the backend's algorithms, e.g. gloo's halving_doubling), or alltoall_sum
+    (ChainerMN's: two alltoalls and a sum on the GPU, sim.costs.comm.alltoall_sum_allreduce); None:
+    the library's choice."""
     concurrent_collectives: int = 1
     """Gradient reductions in flight at once, each on its own communicator (Caffe2's
     data_parallel_model max_concurrent_distributed_ops, 16 by default): the libraries that honour
@@ -217,6 +220,13 @@ class Strategy:
     moe_capacity_factor: float | None = None
     """Mixture of experts: each expert computes capacity_factor x its balanced share of tokens
     (padding included); None: dropless (Megatron-LM's default), balanced routing assumed."""
+    data_loader: str | None = None
+    """What decodes real images on the host (sim.costs.input_pipeline.LOADERS); None: the
+    framework's, else PyTorch's DataLoader (DEFAULT_LOADER). Used only with real data
+    (workload.data)."""
+    data_workers: int | None = None
+    """Worker processes or threads per loader (PyTorch's num_workers, Chainer's n_processes, MXNet's
+    preprocess_threads); None: the loader's default."""
 
     @property
     def grad_bytes_per_param(self) -> int:
@@ -243,6 +253,7 @@ class Strategy:
 
 
 def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> Strategy:
+    from sim.costs.input_pipeline import LOADERS
     from sim.costs.pipeline import STAGE_BALANCES
     from sim.costs.staleness import STALENESS_PENALTIES
     from sim.frameworks import apply_framework
@@ -303,9 +314,11 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     root_collective = spec.get("root_collective")
     if root_collective is not None:  # checked against the library's algorithms once it is resolved
         from sim.costs.backends import BACKENDS
+        from sim.costs.comm import COMPOSED_ROOT_COLLECTIVES
 
         root_collective = require_choice(f"{where}.root_collective", root_collective,
-                                         sorted({a for b in BACKENDS.values() for a in b.algorithms}))
+                                         sorted({a for b in BACKENDS.values() for a in b.algorithms}
+                                                | set(COMPOSED_ROOT_COLLECTIVES)))
     return Strategy(
         kind=kind,
         framework=spec.get("framework"),
@@ -360,6 +373,10 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         staleness_penalty=require_choice(f"{where}.staleness_penalty", spec.get("staleness_penalty", "inverse"),
                                          STALENESS_PENALTIES),
         **_llm_fields(spec, where),
+        data_loader=None if spec.get("data_loader") is None else require_choice(
+            f"{where}.data_loader", spec["data_loader"], LOADERS),
+        data_workers=None if spec.get("data_workers") is None else require_positive(
+            f"{where}.data_workers", spec["data_workers"], integer=True, maximum=4096, why="workers of one loader"),
     )
 
 

@@ -68,6 +68,10 @@ class Workload:
     transformers, ``seq_len``/``architecture`` overrides, the decoder); the memory model then
     counts its activations tensor by tensor (sim.costs.activations). None: a table (CNNs, a
     layers file, an inline table), whose activations are each layer's output."""
+    data: str = "synthetic"
+    """What the job reads (sim.costs.input_pipeline.DATA_KINDS): synthetic (nothing: tensors made
+    on the GPU, as benchmarks do) or real images the host's cores decode and augment, which may
+    bound the step (sim/costs/input_pipeline.py)."""
 
     @property
     def param_count(self) -> int:
@@ -227,7 +231,7 @@ def load_workload(name: str, field_name: str = "workload.model") -> Workload:
     return _load_zoo_entry(name)
 
 
-WORKLOAD_KEYS = ("model", "batch_size", "optimizer", "layers", "layers_file", "seq_len", "architecture")
+WORKLOAD_KEYS = ("model", "batch_size", "optimizer", "layers", "layers_file", "seq_len", "architecture", "data")
 WORKLOAD_FIELDS: dict[str, str] = {
     "model": "a zoo model name, or 'decoder' (the parameterised transformer, with architecture); with layers or "
              "layers_file: the model's name in the results",
@@ -238,6 +242,9 @@ WORKLOAD_FIELDS: dict[str, str] = {
     "layers_file": "a CSV written by `scalebench layers` (relative to the config file)",
     "seq_len": "tokens per sample of a transformer model (bert_*, gpt2_*, gpt3_*, llama*, mixtral_*, deepseek_*, decoder)",
     "architecture": "a transformer's dimensions (sim.transformer.ARCHITECTURE_KEYS), over the preset's",
+    "data": "what the job reads: synthetic (default: nothing), imagenet_jpeg (ILSVRC-2012's JPEGs) or "
+            "imagenet_jpeg_256 (resized to 256 x 256): real images are decoded on the host's cores "
+            "(sim/costs/input_pipeline.py)",
 }
 """Each workload key and what it takes (the CLI's help and ``scalebench schema`` read this)."""
 
@@ -289,6 +296,10 @@ def workload_from_dict(spec: dict[str, Any], where: str = "workload") -> Workloa
                           f"{times_batch}, the batch at which {spec['layers_file']}'s layer times were measured")
     if "optimizer" in spec:
         workload = replace(workload, optimizer=require_choice(f"{where}.optimizer", spec["optimizer"], OPTIMIZERS))
+    if "data" in spec:
+        from sim.costs.input_pipeline import DATA_KINDS
+
+        workload = replace(workload, data=require_choice(f"{where}.data", spec["data"], DATA_KINDS))
     return workload
 
 

@@ -3,8 +3,6 @@ would write it, and the 2017 frameworks' mechanisms against their sources' formu
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from sim.catalog import builtin_catalog
@@ -28,12 +26,13 @@ CAT = builtin_catalog()
 
 def test_a_chainermn_row_is_the_scenario_a_user_writes():
     """TensorFlow 0.12 on 64 GPUs: 16 nodes of 4 TITAN X over IPoIB, n - 1 = 15 parameter servers
-    on the worker nodes (the post's appendix), the framework's preset named."""
+    on the worker nodes (the post's appendix), the framework's preset named, the post's nodes and
+    its 256 x 256 ImageNet."""
     assert chainermn_spec("TensorFlow", 64) == {
         "name": "chainermn2017-TensorFlow-64",
-        "workload": {"model": "resnet50", "batch_size": 32},
+        "workload": {"model": "resnet50", "batch_size": 32, "data": "imagenet_jpeg_256"},
         "cluster": {"gpus": 64, "gpus_per_node": 4, "gpu": "titan_x_maxwell", "intra_link": "pcie3",
-                    "inter_link": "ipoib_fdr"},
+                    "inter_link": "ipoib_fdr_datagram", "host": "xeon_e5_2623v3_x2"},
         "strategy": {"framework": "tf_ps_0.12", "precision": "fp32", "ps_servers": 15},
     }
     assert chainermn_spec("ChainerMN", 2)["cluster"]["gpus_per_node"] == 2  # 1-2 GPUs: one node
@@ -112,7 +111,7 @@ def test_hierarchical_root_is_reduce_allreduce_among_roots_broadcast():
     # at reduce_GBps 8.0: sim/data/hosts.yaml epyc_vm_2026)
     mpi = comm_cost("mpi", "allreduce", 100e6, roots).time_s
     wire = 4 * roots.inter_link.alpha_s + 1.5 * 100e6 / (56e9 * 0.973 / 8)
-    staging = 2 * 100e6 / 3.4e9 + 0.75 * 100e6 * 3 / 8.0e9
+    staging = 2 * 100e6 / 9.95e9 + 0.75 * 100e6 * 3 / 19.9e9
     assert mpi == pytest.approx(wire + staging, rel=1e-6)
 
 
@@ -140,20 +139,27 @@ def test_colocated_servers_one_per_node_at_most():
     assert one.time_s > four.time_s
 
 
-def test_the_ipoib_placeholder_is_used_only_while_the_catalog_has_none():
-    assert "ipoib_fdr" in devset_catalog().links
-    assert math.isclose(devset_catalog().links["ipoib_fdr"].bandwidth_Bps, 56e9 / 8) or "ipoib_fdr" in CAT.links
+def test_the_ipoib_rows_run_the_catalogs_ipoib_link_and_the_posts_host():
+    """MXNet and TensorFlow 0.12 over H2's IPoIB FDR entry (datagram mode, assumed), every row on the
+    post's 2 x E5-2623 v3 nodes reading its 256 x 256 JPEGs."""
+    for framework in ("MXNet", "TensorFlow"):
+        spec = chainermn_spec(framework, 32)
+        assert spec["cluster"]["inter_link"] == "ipoib_fdr_datagram" in devset_catalog().links
+    for framework in ("ChainerMN", "CNTK", "MXNet", "TensorFlow"):
+        s = chainermn_scenario(framework, 8, 80.0)
+        assert s.cluster.host is not None and s.cluster.host.name == "xeon_e5_2623v3_x2" and s.cluster.host.cores == 8
+        assert s.workload.data == "imagenet_jpeg_256"
 
 
 def test_mxnet_stages_each_key_through_host_memory():
     """CommCPU for a 100 MB key on 4 GPUs over PCIe Gen3 (12 GB/s payload): copy out, a sum of
-    5 x 100 MB by 4 threads at the default host's summing rate (sim/data/hosts.yaml epyc_vm_2026:
-    reduce_GBps 8.0), copy back, by hand."""
+    5 x 100 MB by 4 threads at the host's summing rate (the TITAN X's usual host,
+    sim/data/hosts.yaml xeon_e5_2623v3_x2: reduce_GBps 19.9), copy back, by hand."""
     from sim.costs.ps import host_reduce_broadcast_s
 
     c = cluster_from_dict({"nodes": 2, "gpus_per_node": 4, "gpu": "titan_x_maxwell", "intra_link": "pcie3",
                            "inter_link": "tcp_10gbe"}, CAT)
-    expected = 2 * 100e6 / 12e9 + 5 * 100e6 / (4 * 8.0e9)
+    expected = 2 * 100e6 / 12e9 + 5 * 100e6 / (4 * 19.9e9)
     assert host_reduce_broadcast_s(100e6, c) == pytest.approx(expected, rel=1e-9)
 
 
@@ -174,3 +180,38 @@ def test_bad_framework_settings_are_one_line_errors(strategy, field):
     with pytest.raises(ConfigError, match=field) as err:
         scenario_from_dict(spec)
     assert "\n" not in str(err.value)
+
+
+def test_chainermn_2017_reduces_among_the_roots_by_two_alltoalls():
+    """ChainerMN 1.0's inter_allreduce_gpu (and its first public commit, Feb 2017): MPI_Alltoall of
+    the whole buffer, a sum on the GPU, MPI_Alltoall back. Open MPI 1.10, CUDA-aware: an alltoall
+    is no reduction, so it is pipelined through 128 KiB host fragments at min(network, PCIe), not
+    copied whole (coll/cuda). By hand on 4 node roots of the post's cluster, S = 100 MB: pairwise
+    alltoall = 3 steps of alpha + (S/4) / min(FDR 54.5 Gbit/s, PCIe 3's 12 GB/s) plus one fragment
+    down and up, twice; the GPU's (3 + 3/4) S of traffic at the TITAN X's 336.5 GB/s."""
+    from sim.costs.comm import alltoall_sum_allreduce
+
+    s = chainermn_scenario("ChainerMN", 16, 81.8)
+    st = s.strategy
+    assert (st.root_collective, st.mpi_library, st.mpi_gpu_buffers, st.nccl_version) == \
+        ("alltoall_sum", "openmpi-1.10", "cuda_aware", "1.3")
+    roots = cluster_from_dict({"nodes": 4, "gpus_per_node": 1, "gpu": "titan_x_maxwell", "inter_link": "ib_fdr",
+                               "host": "xeon_e5_2623v3_x2"}, CAT)
+    spec = CommSpec("mpi", "hierarchical_root", root_collective="alltoall_sum", mpi_library="openmpi-1.10",
+                    mpi_gpu_buffers="cuda_aware")
+    cost = alltoall_sum_allreduce(100e6, roots, spec)
+    rate = min(56e9 * 0.973 / 8, 16e9 * 0.75)
+    fragment = 2 * 128 * 1024 / (16e9 * 0.75)
+    a2a = 3 * (roots.inter_link.alpha_s + 25e6 / rate) + fragment
+    assert cost.time_s == pytest.approx(2 * a2a + 3.75 * 100e6 / 336.5e9, rel=1e-6)
+    # Open MPI's own allreduce on device buffers would copy 100 MB down and up whole
+    whole = comm_cost("mpi", "allreduce", 100e6, roots, CommOptions(mpi_library="openmpi-1.10",
+                                                                     mpi_gpu_buffers="cuda_aware"))
+    assert whole.time_s > cost.time_s
+
+
+def test_cntk_copies_through_pinned_host_buffers_into_open_mpi_1_10():
+    """CNTK 2.0 across nodes: cudaMemcpy into CUDAPageLockedMemAllocator buffers (no NCCL, no GDR
+    build), MPI on host memory: Open MPI 1.10.3 as its Dockerfile builds it (not CUDA-aware)."""
+    st = chainermn_scenario("CNTK", 16, 120.7).strategy
+    assert (st.backend, st.mpi_library, st.mpi_gpu_buffers) == ("mpi", "openmpi-1.10", "host_copy_pinned")

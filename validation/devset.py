@@ -48,6 +48,8 @@ from validation.devset_rows import read_rows as _read
 
 FILES = ("tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv", "horovod_tcp_vs_roce.csv",
          "chainermn_2017_frameworks.csv", "goyal_2017_caffe2_gloo.csv", "horovod_docs_roce.csv")
+TC_HOST = "aws_p3_2xlarge"
+"""The tc rows' nodes: AWS p3.2xlarge (one V100, 8 vCPUs of a Xeon E5-2686 v4: sim/data/hosts.yaml)."""
 IDLE_BETWEEN_CALLS_S = 1.0
 """tc_cluster_setting's benchmarks call time.sleep(1) between timed calls."""
 MIB = 2**20
@@ -95,7 +97,7 @@ def tc_predictions(data_dir: Path) -> list[Prediction]:
     for r in rows:
         n = int(r["nodes"])
         cluster = cluster_from_dict({"nodes": n, "gpus_per_node": int(r["gpus_per_node"]), "gpu": "v100",
-                                     "inter_link": _tc_link_name(r)}, catalog)
+                                     "inter_link": _tc_link_name(r), "host": TC_HOST}, catalog)
         op = "allreduce" if r["op"] == "allreduce" else "sendrecv"
         cost = comm_cost(r["backend"], op, float(r["size_MB"]) * MIB, cluster,
                          CommOptions(idle_s=IDLE_BETWEEN_CALLS_S))

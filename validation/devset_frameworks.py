@@ -35,14 +35,20 @@ from typing import Any
 from sim.catalog import Catalog, builtin_catalog
 from validation.devset_rows import Prediction, horovod_scenario
 
-IPOIB_LINK = "ipoib_fdr"
-IPOIB_PLACEHOLDER = {
-    "kind": "tcp", "bandwidth_Gbps": 56, "latency_us": 1, "software_latency_us": 30, "mtu_bytes": 2044,
-    "source": "PLACEHOLDER until the catalog has IP-over-InfiniBand links (issue 26, H2): TCP over InfiniBand "
-              "FDR 4x (56 Gb/s signalling), IPoIB datagram mode's MTU 2044 (RFC 4391: the 2048-byte IB MTU less "
-              "the 4-byte IPoIB header); software as tcp_10gbe; one stream at one core's copy rate",
-}
-"""Used only while ``sim/data/links.yaml`` has no ``ipoib_fdr`` of its own."""
+IPOIB_LINK = "ipoib_fdr_datagram"
+"""MXNet's ps-lite (ZeroMQ) and TensorFlow 0.12's gRPC ran over IP-over-InfiniBand on the post's FDR
+fabric. Datagram mode assumed: the mode the kernel's ib_ipoib starts an interface in
+(Documentation/infiniband/ipoib.rst: the mode is set through /sys/class/net/<if>/mode; connected
+mode needs the administrator or a distribution's setting, such as MLNX_OFED's SET_IPOIB_CM); the
+post does not say. ``ipoib_fdr_connected`` is the alternative (docs/validation.md gives both)."""
+CHAINERMN_HOST = "xeon_e5_2623v3_x2"
+"""The post's appendix: 'CPU: 2 * Intel(R) Xeon(R) CPU E5-2623 v3 @ 3.00GHz' per node."""
+CHAINERMN_DATA = "imagenet_jpeg_256"
+"""The post's appendix: 'ImageNet-1k (1,281,158 images, already resized to 256x256 pixels before
+training)'; every framework of the comparison read it (the rows' config: 'ImageNet real data')."""
+GOYAL_HOST = "broadwell_ep_x2"
+"""Big Basin's head node: the paper names its GPUs and network, not its CPUs (assumed: a
+two-socket Broadwell-EP server of 2017, sim/data/hosts.yaml)."""
 
 CHAINERMN_FRAMEWORKS = {  # the CSV's framework -> (preset, inter-node link)
     "ChainerMN": ("chainermn_2017", "ib_fdr"),
@@ -59,11 +65,8 @@ synthetic data' table (the same table gives ResNet-50 219, InceptionV3 142)."""
 
 
 def devset_catalog() -> Catalog:
-    """The built-in catalog, with the IPoIB placeholder where the catalog has none yet."""
-    catalog = builtin_catalog()
-    if IPOIB_LINK in catalog.links:
-        return catalog
-    return catalog.extended({"links": {IPOIB_LINK: IPOIB_PLACEHOLDER}})
+    """The built-in catalog: every link and host the rows name is an entry of it."""
+    return builtin_catalog()
 
 
 def _number(text: str) -> float:
@@ -102,9 +105,9 @@ def chainermn_spec(framework: str, gpus: int) -> dict[str, Any]:
         strategy["ps_servers"] = nodes  # tools/launch.py: as many servers as workers, one per machine
     return {
         "name": f"chainermn2017-{framework}-{gpus}",
-        "workload": {"model": "resnet50", "batch_size": 32},
+        "workload": {"model": "resnet50", "batch_size": 32, "data": CHAINERMN_DATA},
         "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "titan_x_maxwell", "intra_link": "pcie3",
-                    "inter_link": link},
+                    "inter_link": link, "host": CHAINERMN_HOST},
         "strategy": strategy,
     }
 
@@ -163,8 +166,9 @@ GOYAL_BACKWARD_S = 0.120
 def goyal_spec(gpus: int) -> dict[str, Any]:
     return {
         "name": f"goyal2017-resnet50-{gpus}",
-        "workload": {"model": "resnet50", "batch_size": 32},
-        "cluster": {"gpus": gpus, "gpus_per_node": 8, "gpu": "p100", "intra_link": "nvlink1", "inter_link": "tcp_50gbe"},
+        "workload": {"model": "resnet50", "batch_size": 32, "data": "imagenet_jpeg"},
+        "cluster": {"gpus": gpus, "gpus_per_node": 8, "gpu": "p100", "intra_link": "nvlink1", "inter_link": "tcp_50gbe",
+                    "host": GOYAL_HOST},
         "strategy": {"framework": "caffe2_gloo", "precision": "fp32"},
     }
 

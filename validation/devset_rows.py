@@ -42,6 +42,9 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         raise ConfigError("--data", str(path.parent), f"a directory holding {path.name} ({err.strerror})") from None
 
 
+HOROVOD_HOST = "broadwell_ep_x2"
+"""Uber's servers: 'Pascal GPUs, 4 per server', 25 GbE; their CPUs are not stated (assumed: a
+two-socket Broadwell-EP server of 2017, sim/data/hosts.yaml)."""
 HOROVOD_NCCL_VERSION = "2.0"
 """Horovod's 2017 post ran 'NCCL2'; in October 2017 that was 2.0 (validation/devset.py's docstring says why)."""
 
@@ -51,9 +54,9 @@ def horovod_scenario(model: str, gpus: int, inter_link: str, ideal_per_gpu: floa
 
     spec = {
         "name": f"horovod-{model}-{gpus}-{inter_link}",
-        "workload": {"model": model, "batch_size": batch},
+        "workload": {"model": model, "batch_size": batch, "data": "synthetic"},  # tf_cnn_benchmarks' default
         "cluster": {"gpus": gpus, "gpus_per_node": 4, "gpu": "p100_pcie", "intra_link": "pcie3",
-                    "inter_link": inter_link},
+                    "inter_link": inter_link, "host": HOROVOD_HOST},
         "strategy": {"framework": "horovod", "precision": "fp32", "nccl_version": HOROVOD_NCCL_VERSION},
     }
     return throughput_calibrated_scenario(spec, {"single_gpu_samples_per_s": ideal_per_gpu, "batch_size": batch})

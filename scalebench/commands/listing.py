@@ -1,9 +1,10 @@
-"""scalebench list models|gpus|links|hosts|codecs|nccl|mpi: the vocabulary, each entry with its figures and source.
+"""scalebench list models|gpus|links|hosts|codecs|nccl|mpi|loaders: the vocabulary, each entry with its figures and source.
 
     scalebench list models                 # parameters, FLOPs, default batch, source
     scalebench list gpus --catalog results/calibration/catalog.yaml
     scalebench list links --format csv     # the 'assumed' column names a figure that is an assumption
     scalebench list nccl                   # the NCCL releases modelled: table set, source commit, what it has
+    scalebench list loaders                # the input pipelines: ms a core per image, workers, source
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from typing import Any
 
 from scalebench.commands.common import format_rows, write_out
 
-KINDS = ("models", "gpus", "links", "hosts", "codecs", "nccl", "mpi")
+KINDS = ("models", "gpus", "links", "hosts", "codecs", "nccl", "mpi", "loaders")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", choices=KINDS, help="what to list: models (the zoo), gpus, links, hosts (the catalog), "
-                                                   "codecs, nccl (the NCCL releases modelled), mpi (the MPI implementations)")
+                                                   "codecs, nccl (the NCCL releases modelled), mpi (the MPI implementations), "
+                                                   "loaders (the input pipelines that decode real images)")
     parser.add_argument("--catalog", metavar="FILE.yaml", help="with gpus, links or hosts: also the entries of this "
                                                                "catalog file")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if args.catalog and args.kind not in ("gpus", "links", "hosts"):
         raise ConfigError("--catalog", args.catalog, "only with gpus, links or hosts")
     rows = {"models": model_rows, "gpus": gpu_rows, "links": link_rows, "hosts": host_rows, "codecs": codec_rows,
-            "nccl": nccl_rows, "mpi": mpi_rows}[args.kind](args)
+            "nccl": nccl_rows, "mpi": mpi_rows, "loaders": loader_rows}[args.kind](args)
     write_out(format_table(rows) if args.format == "table" else format_rows(rows, args.format))
     return 0
 
@@ -84,10 +86,19 @@ def link_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def host_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
-    return [{"name": name, "cpu": h.cpu, "tcp_stream_Gbps": round(h.tcp_stream_Bps * 8 / 1e9, 3),
+    return [{"name": name, "cpu": h.cpu, "cores": h.cores, "tcp_stream_Gbps": round(h.tcp_stream_Bps * 8 / 1e9, 3),
              "memcpy_GBps": round(h.memcpy_Bps / 1e9, 3), "reduce_GBps": round(h.reduce_Bps / 1e9, 3),
              "pcie_GBps": round(h.pcie_Bps / 1e9, 3), "assumed": " ".join(h.assumed) or "-", "source": h.source}
             for name, h in sorted(_catalog(args).hosts.items())]
+
+
+def loader_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from sim.costs.input_pipeline import DEFAULT_LOADER, LOADERS
+
+    return [{"name": name + (" (default)" if name == DEFAULT_LOADER else ""),
+             **{f"ms_per_image_{kind}": round(1e3 * c, 3) for kind, c in loader.core_s_per_image.items()},
+             "workers": loader.workers or "cores", "per": "node" if loader.per_node else "GPU", "source": loader.source}
+            for name, loader in LOADERS.items()]
 
 
 def nccl_rows(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -193,6 +193,7 @@ def breakdown_table(row: dict) -> str:
         f"  {'  exposed communication':<26}{human_seconds(row['exposed_comm_time_s']):>12}  {pct(row['exposed_comm_time_s'])}",
         *([f"  {'  per-iteration overhead':<26}{human_seconds(row['overhead_time_s']):>12}  {pct(row['overhead_time_s'])}"]
           if row.get("overhead_time_s") else []),
+        *_input_lines(row, human_seconds, pct),
         f"  {'communication (busy)':<26}{human_seconds(row['comm_time_s']):>12}  in {row['buckets']} buckets",
         f"  {'bytes on intra-node links':<26}{human_bytes(row['bytes_intra']):>12}  (cluster total)",
         f"  {'bytes on inter-node links':<26}{human_bytes(row['bytes_inter']):>12}  (cluster total)",
@@ -204,6 +205,18 @@ def breakdown_table(row: dict) -> str:
         f"{human_seconds(row['baseline_time_s'])})",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _input_lines(row: dict, human_seconds, pct) -> list[str]:
+    """The input pipeline's lines, with real data only: the wait it adds to the step (if any) and
+    the host's time per iteration, saying when it bounds the step."""
+    data_s, wait_s = row.get("data_time_s") or 0.0, row.get("data_wait_time_s") or 0.0
+    if not data_s:
+        return []
+    lines = [f"  {'  waiting for input':<26}{human_seconds(wait_s):>12}  {pct(wait_s)}"] if wait_s else []
+    verdict = "bounds the step" if wait_s else "hidden behind the GPUs"
+    lines.append(f"  {'input pipeline (host)':<26}{human_seconds(data_s):>12}  per iteration per node: {verdict}")
+    return lines
 
 
 def _extra_lines(row: dict, human_seconds, human_bytes, pct) -> list[str]:

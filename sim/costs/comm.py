@@ -12,7 +12,8 @@ Reductions a strategy can ask for (``strategy.collective``):
   the 1/g shard across nodes by the g local ranks at once (sharing the node's NICs), allgather
   inside the node (horovod/common/ops/nccl_operations.cc, NCCLHierarchicalAllreduce).
 - hierarchical_root: a reduce to one GPU in each node, an allreduce among those node roots
-  (``root_collective``: the library's algorithm for it), a broadcast inside each node; NCCL inside
+  (``root_collective``: the library's algorithm for it, or ``alltoall_sum``: ChainerMN's allreduce
+  out of two MPI_Alltoall calls and a sum on the GPU), a broadcast inside each node; NCCL inside
   a node of GPUs, the strategy's library between nodes (ChainerMN 2017's HierarchicalCommunicator:
   chainermn/communicators/hierarchical_communicator.py, NCCL reduce, MPI allreduce among
   intra_rank 0, NCCL bcast; Caffe2 + Gloo in Goyal et al. 2017, section 4: 'buffers from the 8
@@ -97,6 +98,28 @@ def hierarchical_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) -> Co
     return CommCost(rs.time_s + ar.time_s + ag.time_s, "hierarchical", ar.protocol, by_link)
 
 
+COMPOSED_ROOT_COLLECTIVES = ("alltoall_sum",)
+"""Allreduces among the node roots built by a framework out of its library's other operations
+(any backend with an alltoall): not one of the library's own algorithms."""
+
+
+def alltoall_sum_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
+    """ChainerMN's allreduce among the node roots (chainermn/communicators/_communication_utility.py
+    inter_allreduce_gpu at v1.0.0; the HierarchicalCommunicator of its first public commit 0afd4f5,
+    13 Feb 2017, did the same): an MPI_Alltoall of the whole GPU buffer, so each of the N roots
+    holds every root's 1/N chunk; their sum on the GPU, scaled by 1/size (cupy); the reduced chunk
+    copied into each of the N slots; a second MPI_Alltoall. On device buffers of a CUDA-aware MPI
+    an alltoall is no reduction, so Open MPI pipelines it (sim.costs.backends.mpi), where its own
+    allreduce would have copied the buffer whole through host memory (coll/cuda). The GPU's part
+    is memory traffic at its bandwidth: the sum reads S and writes S/N, the scaling reads and
+    writes S/N, the N copies read and write S/N each: (3 + 3/N) S."""
+    a2a = comm_cost(spec.backend, "alltoall", n_bytes, group, spec.options())
+    p = group.world_size
+    gpu_s = (3 + 3 / p) * n_bytes / group.gpu.memory_bandwidth_Bps
+    return CommCost(2 * a2a.time_s + gpu_s, "alltoall_sum", a2a.protocol,
+                    {k: 2 * v for k, v in a2a.bytes_by_link.items()})
+
+
 def hierarchical_root_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) -> CommCost:
     """Reduce to one GPU per node + allreduce of the whole buffer among the node roots (one rank
     per node: the node's NICs to itself) + broadcast inside the node (module docstring)."""
@@ -111,7 +134,10 @@ def hierarchical_root_allreduce(n_bytes: float, group: Cluster, spec: CommSpec) 
     ar = zero
     if nodes > 1:
         across = replace(group, gpus_per_node=1)
-        ar = comm_cost(spec.backend, "allreduce", n_bytes, across, spec.options(spec.root_collective))
+        if spec.root_collective in COMPOSED_ROOT_COLLECTIVES:
+            ar = alltoall_sum_allreduce(n_bytes, across, spec)
+        else:
+            ar = comm_cost(spec.backend, "allreduce", n_bytes, across, spec.options(spec.root_collective))
     by_link = _add(_add({k: v * nodes for k, v in red.bytes_by_link.items()}, ar.bytes_by_link),
                    {k: v * nodes for k, v in bc.bytes_by_link.items()})
     return CommCost(red.time_s + ar.time_s + bc.time_s, "hierarchical_root", ar.protocol, by_link)

@@ -213,9 +213,25 @@ class Evaluator:
         if memory > self.request.memory_limit_bytes:
             raise Rejection("memory", f"{layout.label()}: {memory / 2**30:.1f} GiB per GPU", memory)
         try:
-            return self._pipeline(layout, sync, bounds, memory) if pipelined else self._data_parallel(layout, sync, memory)
+            outcome = self._pipeline(layout, sync, bounds, memory) if pipelined else self._data_parallel(layout, sync, memory)
         except ConfigError as err:
             raise Rejection("library", str(err), memory) from None
+        return self._fed(outcome, layout)
+
+    def _fed(self, outcome: Outcome, layout: Layout) -> Outcome:
+        """The iteration no shorter than its node's input pipeline (sim.simulate.with_input_pipeline)."""
+        from sim.catalog import host_of
+        from sim.costs.input_pipeline import DEFAULT_LOADER, node_data
+
+        request = self.request
+        cluster = self.cluster(layout.gpus)
+        replicas = layout.gpus // (layout.tp * layout.pp)
+        data = node_data(request.workload.data, request.strategy.data_loader or DEFAULT_LOADER,
+                         replicas * layout.batch / cluster.nodes, cluster.gpus_per_node, host_of(cluster).cores,
+                         request.strategy.data_workers)
+        if data is None or data.time_s <= outcome.iteration_time_s:
+            return outcome
+        return replace(outcome, iteration_time_s=data.time_s)
 
     def lower_bound_s(self, layout: Layout, backend: str) -> float:
         """An iteration can be no shorter than this whatever its synchronisation (gradient

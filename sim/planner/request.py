@@ -53,7 +53,8 @@ DEFAULT_MAX_CANDIDATES = 1_000_000
 """A larger space is refused before anything is simulated (about 5 minutes at the measured rate)."""
 FIXED_STRATEGY_KEYS = ("precision", "stage_balance", "protocol", "ps_servers", "ps_layout", "overlap",
                        "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version", "mpi_library", "mpi_gpu_buffers",
-                       "attention", "moe_capacity_factor")
+                       "attention", "moe_capacity_factor",
+                       "data_loader", "data_workers")
 """Strategy fields a plan keeps as given; every other one it searches or leaves at its default."""
 DEFAULT_BUCKET_MIB = (5.0, 25.0, 100.0)
 """Bucket sizes tried: DDP's default 25 MiB (torch/nn/parallel/distributed.py), a fifth and four times it."""
@@ -266,6 +267,8 @@ def reproducible_workload(w: Workload) -> dict[str, Any]:
     from sim.workload import load_workload, zoo_names
 
     spec: dict[str, Any] = {"model": w.name, "optimizer": w.optimizer}
+    if w.data != "synthetic":
+        spec["data"] = w.data
     if w.name in zoo_names() and load_workload(w.name).layers == w.layers:
         return spec
     if w.architecture is not None:  # a transformer in closed form: its dimensions, so memory keeps its formula

@@ -91,12 +91,17 @@ def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
             strategy[key] = getattr(base, key)
     if sync.codec is not None:
         strategy["codec"], strategy["codec_path"] = sync.codec, sync.codec_path
+    for key in ("data_loader", "data_workers"):  # the input pipeline, where the plan was given one
+        if getattr(base, key) is not None:
+            strategy[key] = getattr(base, key)
     spec = {
         "name": f"plan-{w.name}-{layout.gpus}",
         "workload": workload,
         "cluster": {"gpus": layout.gpus, "gpus_per_node": c.gpus_per_node, "gpu": c.gpu.name,
                     "intra_link": c.intra_link.name, "inter_link": c.inter_link.name,
-                    "nics_per_node": c.nics_per_node, "oversubscription": c.oversubscription},
+                    "nics_per_node": c.nics_per_node, "oversubscription": c.oversubscription,
+                    # a host other than the GPU's usual one (sim.catalog.usual_host), as the request named it
+                    **({"host": c.host.name} if c.host is not None and c.host.name != c.gpu.host else {})},
         "strategy": strategy,
     }
     if request.catalog_spec:
