@@ -102,9 +102,11 @@ KNOWN_GAPS = {
                            "SMs, the proxy thread copying NCCL's sockets) leave 15-35 ms per iteration unexplained at "
                            "32-128 GPUs; the no-overlap floor fits better (docs/validation.md)",
     "chainermn2017 MXNet": "MXNet overlaps every key's push and pull with backward, so the model's parameter servers "
-                           "hide behind compute up to 32 GPUs where the plot shows 53-60 %; missing: the node's host "
-                           "(8 cores) that feeds real ImageNet data and runs the kvstore, whose throughput per node "
-                           "stays at 190-240 images/s from 4 GPUs on (docs/validation.md)",
+                           "hide behind compute up to 32 GPUs where the plot shows 53-60 %; its throughput per node "
+                           "stays at 190-240 images/s from 4 GPUs on, and the node's input pipeline is not that "
+                           "ceiling (its 4 decode threads prepare ~4,700 of the post's 256 x 256 images a second); "
+                           "the loss is inside one node already, and no sourced mechanism left explains it "
+                           "(docs/validation.md)",
     "goyal2017 caffe2+gloo ResNet-50": "with 16 halving/doubling allreduces in flight and each layer reduced as "
                                        "backward produces it, the model hides 112 ms of communication behind a 120 ms "
                                        "backward (99.7 % at 352 GPUs) where the paper measures 89-90 %; the "
