@@ -40,14 +40,6 @@ KNOWN_GAPS = {
                           "cost for CNTK's flat MPI allreduce grows far less with the nodes, and one multi-node run "
                           "(8 GPUs on 2 nodes) identifies only a fixed overhead; Ernest's log m and m terms follow the "
                           "trend of the four small runs",
-    "chainermn2017 ChainerMN": "the model's step on two nodes (8 GPUs) carries 0.11 s of communication, 0.06 s of "
-                               "it the MPI allreduce's host copies (sim/costs/backends/mpi.py, the default host_copy "
-                               "at the pageable rate), where the run measured 0.05 s beyond one GPU's step; one node "
-                               "count identifies only an overhead, which cannot be negative, and neither it nor the "
-                               "network's rate reaches the host copies, so every prediction stays 9-12 pp low; "
-                               "Ernest follows the small runs (4.6 pp). With mpi_gpu_buffers host_copy_pinned the "
-                               "zero-shot model is within 2 pp at 16-128 GPUs (a devset builder's choice, not "
-                               "this suite's)",
 }
 """Series where Ernest is known to predict better, with why; printed as such. They do not fail the
 default run (``--strict`` fails them too); one that beats Ernest again must leave this list
