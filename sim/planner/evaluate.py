@@ -225,9 +225,8 @@ class Evaluator:
 
         request = self.request
         cluster = self.cluster(layout.gpus)
-        replicas = layout.gpus // (layout.tp * layout.pp)
         data = node_data(request.workload.data, request.strategy.data_loader or DEFAULT_LOADER,
-                         replicas * layout.batch / cluster.nodes, cluster.gpus_per_node, host_of(cluster).cores,
+                         layout.dp * layout.batch / cluster.nodes, cluster.gpus_per_node, host_of(cluster).cores,
                          request.strategy.data_workers)
         if data is None or data.time_s <= outcome.iteration_time_s:
             return outcome
