@@ -58,7 +58,8 @@ section's other keys (strategy, compression, backend, threads, ...) are the harn
 options and travel to it inside the point's spec as its ``real:`` section."""
 REAL_DEFAULTS: dict[str, Any] = {"iterations": 20, "warmup": 3, "timeout_s": 60.0, "link": None, "topology": "shared"}
 CALIBRATION_KEYS = ("single_gpu_iteration_time_s", "single_gpu_samples_per_s", "batch_size", "source")
-SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog", "heterogeneity", "faults")
+SWEEPABLE_SECTIONS = ("name", "workload", "cluster", "strategy", "simulation", "catalog", "heterogeneity", "faults",
+                      "variability")
 
 
 @cache

@@ -213,6 +213,10 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         "recompute_time_s": NAN,
         "memory_bytes": NAN,
         "staleness_mean": NAN,
+        # measured, these are inside exposed_comm_time_s (iteration - compute-only step)
+        "overlap_slowdown_time_s": NAN,
+        "straggler_wait_time_s": NAN,
+        "straggler_scale": NAN,
         "iteration_time_iqr_s": it_iqr,
         "iteration_time_median_s": statistics.median(iteration) if iteration else NAN,
         "iteration_cpu_time_s": _slowest_mean(ranks, "iteration_cpu"),

@@ -16,7 +16,12 @@ from sim.catalog import Catalog, builtin_catalog
 from sim.cluster import Cluster, cluster_from_dict
 from sim.costs.backends import BACKENDS, default_backend
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
-from sim.faults import check_against_cluster, faults_from_dict, heterogeneity_from_dict
+from sim.faults import (
+    check_against_cluster,
+    faults_from_dict,
+    heterogeneity_from_dict,
+    variability_from_dict,
+)
 from sim.memory import check_memory
 from sim.parallel import check_placement
 from sim.scenario import Scenario
@@ -32,7 +37,7 @@ SIMULATION_KEYS = ("fidelity", "seed", "check_memory", "flow_engine")
 FLOW_ENGINES = ("auto", "event", "periodic")
 SCENARIO_KEYS = (
     "name", "description", "workload", "cluster", "strategy", "simulation", "catalog",
-    "heterogeneity", "faults",
+    "heterogeneity", "faults", "variability",
 )
 
 
@@ -86,6 +91,7 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
         flow_engine=require_choice("simulation.flow_engine", simulation.get("flow_engine", "auto"), FLOW_ENGINES),
         heterogeneity=heterogeneity_from_dict(spec.get("heterogeneity"), catalog),
         faults=faults_from_dict(spec.get("faults")),
+        variability=variability_from_dict(spec.get("variability")),
         check_memory=check_memory,
     )
     scenario = replace(scenario, strategy=resolve_backend(scenario.strategy, scenario.cluster))

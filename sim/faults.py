@@ -16,6 +16,7 @@ from sim.catalog import GPU, Catalog
 from sim.errors import ConfigError, reject_unknown_keys, require_positive
 
 HETEROGENEITY_KEYS = ("jitter_cv", "slow_nodes", "slow_factor", "mixed_gpus")
+VARIABILITY_KEYS = ("stragglers", "gpu_cv", "iteration_cv")
 FAULT_KEYS = ("fail_rank", "fail_at_s", "checkpoint_interval_s", "checkpoint_s", "restart_s")
 MAX_JITTER_CV = 10.0
 """A coefficient of variation of 10 already draws factors up to ~90 x a rank's mean (200
@@ -33,6 +34,36 @@ class Heterogeneity:
     slow_factor: float = 1.0
     mixed_gpus: tuple[tuple[GPU, int], ...] = ()
     """(GPU, count): the last ranks are of these types instead of the cluster's GPU."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Variability:
+    """How much identical ranks differ in speed (sim.costs.stragglers): synchronous steps wait for
+    the slowest. On by default in one iteration (the expected slowest of N) and in runs (drawn
+    per rank and iteration)."""
+
+    stragglers: bool = True
+    """False: every rank computes at exactly its nominal speed (``--no-stragglers``)."""
+    gpu_cv: float | None = None
+    """Per-GPU persistent speed spread (coefficient of variation); None: the published figure for
+    GPUs (sim.costs.stragglers.GPU_CV, Sinha et al. SC'22), 0 for CPU devices (no source)."""
+    iteration_cv: float = 0.0
+    """Per-rank, per-iteration jitter (coefficient of variation); 0 unless given (no source separates it)."""
+
+    def resolved_gpu_cv(self, gpu: GPU) -> float:
+        from sim.costs.stragglers import GPU_CV
+
+        if self.gpu_cv is not None:
+            return self.gpu_cv
+        return GPU_CV if gpu.kind == "gpu" else 0.0
+
+    def scale(self, gpu: GPU, ranks: int) -> float:
+        """The expected slowest of ``ranks`` ranks' compute factor (1: nobody waited for)."""
+        if not self.stragglers or ranks <= 1:
+            return 1.0
+        from sim.costs.stragglers import straggler_scale
+
+        return straggler_scale(ranks, self.resolved_gpu_cv(gpu), self.iteration_cv)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +100,43 @@ def heterogeneity_from_dict(spec: Any, catalog: Catalog, where: str = "heterogen
             (catalog.gpu(name, f"{where}.mixed_gpus"), require_positive(f"{where}.mixed_gpus.{name}", count, integer=True))
             for name, count in mixed.items()
         ),
+    )
+
+
+def stragglers_line(variability: Variability, gpu: GPU, ranks: int | None = None) -> str:
+    """One line for an output: whether synchronous steps wait for the slowest rank, how much
+    (with ``ranks``), and where the figure comes from."""
+    from sim.costs.stragglers import GPU_CV, GPU_CV_SOURCE
+
+    if not variability.stragglers:
+        return "stragglers: off (every rank at its nominal speed: variability.stragglers false, --no-stragglers)"
+    cv = variability.resolved_gpu_cv(gpu)
+    source = GPU_CV_SOURCE if variability.gpu_cv is None and cv == GPU_CV else "variability.gpu_cv"
+    if variability.gpu_cv is None and gpu.kind != "gpu":
+        source = "no published figure for CPUs: variability.gpu_cv sets one"
+    jitter = f", per-iteration CV {100 * variability.iteration_cv:.3g} %" if variability.iteration_cv else ""
+    whom = (f"the expected slowest of {ranks} ranks, compute x{variability.scale(gpu, ranks):.4f}" if ranks
+            else "the expected slowest rank")
+    return f"stragglers: steps wait for {whom} (per-GPU CV {100 * cv:.3g} %{jitter}: {source}); --no-stragglers: off"
+
+
+def variability_from_dict(spec: Any, where: str = "variability") -> Variability:
+    if spec is None:
+        return Variability()
+    if not isinstance(spec, dict):
+        raise ConfigError(where, spec, "a mapping with keys " + ", ".join(VARIABILITY_KEYS))
+    reject_unknown_keys(where, spec, VARIABILITY_KEYS)
+    stragglers = spec.get("stragglers", True)
+    if not isinstance(stragglers, bool):
+        raise ConfigError(f"{where}.stragglers", stragglers, "true or false")
+    gpu_cv = spec.get("gpu_cv")
+    if gpu_cv is not None:
+        gpu_cv = float(require_positive(f"{where}.gpu_cv", gpu_cv, allow_zero=True, maximum=MAX_JITTER_CV,
+                                        why="a ratio, not a percentage: 0.015 is 1.5 %"))
+    return Variability(
+        stragglers=stragglers, gpu_cv=gpu_cv,
+        iteration_cv=float(require_positive(f"{where}.iteration_cv", spec.get("iteration_cv", 0.0), allow_zero=True,
+                                            maximum=MAX_JITTER_CV, why="a ratio, not a percentage: 0.05 is 5 %")),
     )
 
 

@@ -66,6 +66,10 @@ SCENARIO_FLAGS: dict[str, tuple[str, str, Any, str, tuple[str, ...]]] = {
     "flow_engine": ("simulation", "flow_engine", str, "detailed fidelity: auto, event (every message) or periodic "
                     "(rings in closed form)", SIM),
     "jitter_cv": ("heterogeneity", "jitter_cv", float, "per-step compute jitter, coefficient of variation (with --iterations)", SIM),
+    "gpu_cv": ("variability", "gpu_cv", float, "per-GPU speed spread, coefficient of variation, that synchronous steps "
+               "wait on (default 0.0148 for GPUs: Sinha et al. SC'22; 0 for CPUs)", SIM),
+    "iteration_cv": ("variability", "iteration_cv", float, "per-rank, per-iteration compute jitter, coefficient of "
+                     "variation, that synchronous steps wait on (default 0)", SIM),
 }
 
 
@@ -108,6 +112,10 @@ def add_scenario_arguments(parser: argparse.ArgumentParser, command: str = "simu
                            help=help_text.format(**words) if help_text else f"{flag} (the scenario's key)")
     group.add_argument("--no-overlap", dest="overlap", action="store_false", default=None,
                        help="reduce gradients only after backward ends (default: during backward)")
+    if command == "simulate":
+        group.add_argument("--no-stragglers", dest="stragglers", action="store_false", default=None,
+                           help="every rank at its nominal speed: no waiting for the slowest (variability.stragglers: "
+                                "false; default: the expected slowest of N, sim/costs/stragglers.py)")
     if command == "simulate":
         group.add_argument("--catalog", help="YAML file of extra gpus/links (e.g. results/calibration/catalog.yaml "
                                              "from scalebench calibrate)")
@@ -157,6 +165,13 @@ def scenario_dict_from_args(args: argparse.Namespace, default: dict[str, Any]) -
         if not isinstance(strategy, dict):
             raise ConfigError("strategy", strategy, "a mapping (--no-overlap sets strategy.overlap in it)")
         strategy["overlap"] = args.overlap
+    if getattr(args, "stragglers", None) is not None:
+        variability = spec.setdefault("variability", {})
+        if variability is None:
+            variability = spec["variability"] = {}
+        if not isinstance(variability, dict):
+            raise ConfigError("variability", variability, "a mapping (--no-stragglers sets variability.stragglers in it)")
+        variability["stragglers"] = args.stragglers
     if not args.config:  # the default scenario is named after what the flags made of it
         spec["name"] = default_name(spec)
     return spec

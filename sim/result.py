@@ -61,7 +61,8 @@ class IterationResult:
     compute_time_s: float
     """Forward + backward + optimizer on one rank, with nothing waiting for the network."""
     exposed_comm_time_s: float
-    """iteration - compute: the communication that backward did not hide."""
+    """iteration - compute - overlap slowdown - straggler wait (- pipeline bubble): the
+    communication that backward did not hide."""
     comm_time_s: float
     """Time the communication stream was busy (overlapped or not)."""
     forward_time_s: float
@@ -109,6 +110,20 @@ class IterationResult:
     data_wait_time_s: float = 0.0
     """Time the iteration waits for its input beyond the GPUs' own work: max(0, data_time_s - the
     GPU timeline). Above 0 the input pipeline bounds the step."""
+    overlap_slowdown_time_s: float = 0.0
+    """Compute time added by collectives running beside it on the same GPU (SMs held, memory
+    bandwidth taken: sim.costs.contention), on the critical compute stream."""
+    straggler_wait_time_s: float = 0.0
+    """Time the iteration waits for the slowest of its ranks: the iteration with every compute
+    time x the expected slowest rank's factor, minus the iteration without (sim.costs.stragglers)."""
+    straggler_scale: float = 1.0
+    """The factor of that slowest rank (1: nobody is waited for)."""
+    exposed_comm_terms: dict[str, float] = field(default_factory=dict)
+    """exposed_comm_time_s by term (latency, bandwidth, codec, fusion copy, waiting for Horovod's
+    cycle, ...): each exposed stretch of a bucket's reduction split as its cost splits
+    (IterationPlan.bucket_terms; sim.engine.attribution). A framework's coordination costs are
+    terms here too (sim.explain.TERM_CATEGORIES says which). Empty where the engine does not
+    attribute; otherwise the terms sum to exposed_comm_time_s."""
 
     def hottest_links(self, count: int = 5) -> list[LinkStat]:
         """The links busy for the largest share of the iteration (ties: more bytes first)."""
@@ -167,6 +182,9 @@ class IterationResult:
             "memory_bytes": self.memory_bytes,
             "data_time_s": self.data_time_s,
             "data_wait_time_s": self.data_wait_time_s,
+            "overlap_slowdown_time_s": self.overlap_slowdown_time_s,
+            "straggler_wait_time_s": self.straggler_wait_time_s,
+            "straggler_scale": self.straggler_scale,
             # one synchronous iteration applies fresh gradients; sim.run.RunResult reports runs
             "staleness_mean": 0.0,
         }

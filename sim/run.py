@@ -19,8 +19,9 @@ per sample, and backup workers or fewer stragglers tip the balance.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -111,10 +112,22 @@ def _compute_time_of(scenario: Scenario) -> Callable[[Any], float]:
 
 
 def _factors(scenario: Scenario, iterations: int, rng: np.random.Generator) -> np.ndarray:
-    """(iterations, ranks): persistent speed factors x lognormal jitter."""
-    c, het = scenario.cluster, scenario.heterogeneity
+    """(iterations, ranks): persistent speed factors x lognormal jitter, and (``variability:``,
+    on by default) each GPU's own speed, lognormal of mean 1 and the published spread, drawn once
+    per rank, x its per-iteration jitter (sim.costs.stragglers: the draws whose expected maximum
+    one iteration uses)."""
+    c, het, var = scenario.cluster, scenario.heterogeneity, scenario.variability
+    shape = (iterations, c.world_size)
     persistent = rank_speed_factors(het, c.gpu, c.world_size, c.gpus_per_node, _compute_time_of(scenario))
-    return persistent[None, :] * lognormal_jitter(rng, het.jitter_cv, (iterations, c.world_size))
+    factors = persistent[None, :] * lognormal_jitter(rng, het.jitter_cv, shape)
+    if var.stragglers and c.world_size > 1:
+        gpu_cv = var.resolved_gpu_cv(c.gpu)
+        if gpu_cv > 0:
+            s2 = math.log1p(gpu_cv * gpu_cv)
+            factors = factors * rng.lognormal(-s2 / 2, math.sqrt(s2), c.world_size)[None, :]
+        if var.iteration_cv > 0:
+            factors = factors * lognormal_jitter(rng, var.iteration_cv, shape)
+    return factors
 
 
 def _iteration_time_fn(scenario: Scenario) -> Callable[[float], float]:
@@ -125,14 +138,12 @@ def _iteration_time_fn(scenario: Scenario) -> Callable[[float], float]:
 
     if pipelined(s):
         from sim.engine.pipeline import run_pipeline
-        from sim.engine.pipeline_plan import build_pipeline_plan
+        from sim.engine.pipeline_plan import build_pipeline_plan, scaled_pipeline_plan
 
         pplan = build_pipeline_plan(scenario)
 
         def pipeline_time(scale: float) -> float:
-            stages = tuple(replace(st, fwd_s=st.fwd_s * scale, bwd_s=st.bwd_s * scale, optimizer_s=st.optimizer_s * scale)
-                           for st in pplan.stages)
-            return run_pipeline(replace(pplan, stages=stages), n, batch).iteration_time_s
+            return run_pipeline(scaled_pipeline_plan(pplan, scale), n, batch).iteration_time_s
 
         return pipeline_time
     from sim.engine.fast import run_fast
@@ -141,9 +152,7 @@ def _iteration_time_fn(scenario: Scenario) -> Callable[[float], float]:
     plan = build_plan(scenario)
 
     def fast_time(scale: float) -> float:
-        scaled = replace(plan, fwd_s=tuple(t * scale for t in plan.fwd_s), bwd_s=tuple(t * scale for t in plan.bwd_s),
-                         optimizer_s=plan.optimizer_s * scale)
-        return run_fast(scaled, n, batch).iteration_time_s
+        return run_fast(plan.scaled(scale), n, batch).iteration_time_s
 
     return fast_time
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.cluster import Cluster
-from sim.faults import Faults, Heterogeneity
+from sim.faults import Faults, Heterogeneity, Variability
 from sim.strategy import Strategy
 from sim.workload import Workload
 
@@ -30,6 +30,8 @@ class Scenario:
     heterogeneity: Heterogeneity = Heterogeneity()
     """Jitter, slow nodes, mixed GPUs: used by multi-iteration runs (sim/run.py)."""
     faults: Faults = Faults()
+    variability: Variability = Variability()
+    """How identical ranks differ in speed; synchronous steps wait for the slowest (sim.costs.stragglers)."""
     check_memory: bool = True
 
     def with_world_size(self, world_size: int) -> Scenario:

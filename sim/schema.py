@@ -117,6 +117,7 @@ def field_types() -> dict[str, Any]:
         "heterogeneity.slow_factor": {"type": "number", "minimum": 1},
         "heterogeneity.mixed_gpus": {"type": "object", "additionalProperties": INT_POS,
                                      "propertyNames": {"examples": sorted(catalog.gpus)}},
+        "variability.stragglers": BOOL, "variability.gpu_cv": NUM_NONNEG, "variability.iteration_cv": NUM_NONNEG,
         "faults.fail_rank": INT_NONNEG, "faults.fail_at_s": NUM_NONNEG, "faults.checkpoint_interval_s": NUM_POS,
         "faults.checkpoint_s": NUM_NONNEG, "faults.restart_s": NUM_NONNEG,
         "gpu.peak_tflops": {"type": "object", "additionalProperties": NUM_POS, "propertyNames": _enum(COMPUTE_DTYPES),
@@ -204,14 +205,15 @@ def section_keys() -> dict[str, tuple[str, ...]]:
     from sim.catalog import _GPU_KEYS, _HOST_KEYS, _LINK_KEYS
     from sim.cluster import CLUSTER_KEYS
     from sim.config import SIMULATION_KEYS
-    from sim.faults import FAULT_KEYS, HETEROGENEITY_KEYS
+    from sim.faults import FAULT_KEYS, HETEROGENEITY_KEYS, VARIABILITY_KEYS
     from sim.strategy import STRATEGY_KEYS
     from sim.transformer import ARCHITECTURE_KEYS
     from sim.workload import WORKLOAD_KEYS
 
     return {"workload": WORKLOAD_KEYS, "architecture": ARCHITECTURE_KEYS, "cluster": CLUSTER_KEYS,
             "strategy": STRATEGY_KEYS, "simulation": SIMULATION_KEYS, "heterogeneity": HETEROGENEITY_KEYS,
-            "faults": FAULT_KEYS, "gpu": _GPU_KEYS, "link": _LINK_KEYS, "host": _HOST_KEYS}
+            "faults": FAULT_KEYS, "variability": VARIABILITY_KEYS, "gpu": _GPU_KEYS, "link": _LINK_KEYS,
+            "host": _HOST_KEYS}
 
 
 def section_schema(section: str, types: dict[str, Any] | None = None) -> dict[str, Any]:

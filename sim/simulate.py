@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from sim.engine.fast import run_fast
@@ -10,17 +11,43 @@ from sim.result import IterationResult
 from sim.scenario import Scenario
 
 
-def _run(scenario: Scenario) -> IterationResult:
+def _runner(scenario: Scenario) -> Callable[[float], IterationResult]:
+    """``run(scale)``: one iteration of ``scenario`` with every compute time x ``scale``."""
+    n, batch = scenario.cluster.world_size, scenario.workload.batch_size
     if scenario.fidelity == "detailed":
         from sim.engine.detailed import run_detailed
 
-        return run_detailed(scenario)
+        return lambda scale: run_detailed(scenario, compute_scale=scale)
     if pipelined(scenario.strategy):
         from sim.engine.pipeline import run_pipeline
-        from sim.engine.pipeline_plan import build_pipeline_plan
+        from sim.engine.pipeline_plan import build_pipeline_plan, scaled_pipeline_plan
 
-        return run_pipeline(build_pipeline_plan(scenario), scenario.cluster.world_size, scenario.workload.batch_size)
-    return run_fast(build_plan(scenario), scenario.cluster.world_size, scenario.workload.batch_size)
+        pplan = build_pipeline_plan(scenario)
+        return lambda scale: run_pipeline(scaled_pipeline_plan(pplan, scale), n, batch)
+    plan = build_plan(scenario)
+    return lambda scale: run_fast(plan.scaled(scale), n, batch)
+
+
+def with_stragglers(run: Callable[[float], IterationResult], scale: float) -> IterationResult:
+    """The iteration waiting for its slowest rank: ``run(scale)``'s time and timeline, with the
+    nominal rank's breakdown (``run(1)``: compute, overlap slowdown, exposed communication, bubble)
+    and the difference as ``straggler_wait_time_s``."""
+    base = run(1.0)
+    if scale == 1.0:
+        return base
+    slow = run(scale)
+    return replace(slow, compute_time_s=base.compute_time_s, forward_time_s=base.forward_time_s,
+                   backward_time_s=base.backward_time_s, optimizer_time_s=base.optimizer_time_s,
+                   exposed_comm_time_s=base.exposed_comm_time_s, exposed_comm_terms=base.exposed_comm_terms,
+                   overlap_slowdown_time_s=base.overlap_slowdown_time_s, bubble_time_s=base.bubble_time_s,
+                   tp_comm_time_s=base.tp_comm_time_s, model_comm_time_s=base.model_comm_time_s,
+                   recompute_time_s=base.recompute_time_s, events=base.events + slow.events,
+                   straggler_wait_time_s=max(0.0, slow.iteration_time_s - base.iteration_time_s), straggler_scale=scale)
+
+
+def _run(scenario: Scenario) -> IterationResult:
+    scale = scenario.variability.scale(scenario.cluster.gpu, scenario.cluster.world_size)
+    return with_stragglers(_runner(scenario), scale)
 
 
 def pipelined(strategy) -> bool:

@@ -124,9 +124,10 @@ class Strategy:
     inter_node_overhead_s: float = 0.0
     """A fixed cost per iteration paid, beyond ``multi_gpu_overhead_s``, where the job spans nodes:
     what runs on two or more nodes measured beyond the model (``scalebench calibrate --from-runs``)."""
-    comm_slows_compute: bool = False
-    """Compute slows while collectives run on the same GPU: NCCL's kernels hold one SM per
-    channel (sim/costs/contention.py)."""
+    comm_slows_compute: bool = True
+    """Compute slows while a collective runs beside it on the same GPU: NCCL's kernels hold one SM
+    per channel and move every byte through memory several times (sim/costs/contention.py). Only
+    matters where a collective overlaps compute; false turns it off."""
     double_buffering: bool = False
     """ChainerMN's double buffering: the gradients of one iteration are reduced during the next
     iteration's compute (one step stale), after backward rather than during it."""
@@ -295,7 +296,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     nccl_version, mpi_library, mpi_gpu_buffers = library_fields(spec, where)
     fusion_mib = spec.get("fusion_mib")
     cycle_ms = spec.get("cycle_time_ms")
-    slows = spec.get("comm_slows_compute", False)
+    slows = spec.get("comm_slows_compute", True)
     if not isinstance(slows, bool):
         raise ConfigError(f"{where}.comm_slows_compute", slows, "true or false")
     double = spec.get("double_buffering", False)

@@ -23,6 +23,7 @@ def spec(n=8, mode="async", *, compute_s=0.1, params=1_000_000, layers=4, server
         "cluster": {"gpus": n, "gpus_per_node": per_node, "gpu": "v100", "inter_link": "ib_edr"},
         "strategy": {"collective": "ps", "ps_mode": mode, "ps_servers": servers, **strategy},
         "simulation": {"seed": seed},
+        "variability": {"stragglers": False},  # identical workers unless het says otherwise
     }
     if het:
         out["heterogeneity"] = het

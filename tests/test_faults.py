@@ -27,6 +27,7 @@ def spec(n=8, *, collective="ring", per_node=1, measured=True, het=None, faults=
         "cluster": {"gpus": n, "gpus_per_node": per_node, "gpu": gpu, "inter_link": "ib_edr"},
         "strategy": {"collective": collective, **strategy},
         "simulation": {"seed": seed},
+        "variability": {"stragglers": False},  # only heterogeneity's stragglers here (tests/test_stragglers.py: the rest)
     }
     if het:
         out["heterogeneity"] = het

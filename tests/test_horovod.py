@@ -82,6 +82,7 @@ def three_layer_horovod(cycle_time_ms: float = 5.0, world: int = 2, link_GBps: f
                                  "efficiency": 1.0}},
             "links": {"testlink": {"bandwidth_GBps": link_GBps, "latency_us": 10, "efficiency": 1.0}},
         },
+        "variability": {"stragglers": False},  # the hand-computed timeline of one rank at nominal speed
     })
 
 

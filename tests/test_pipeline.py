@@ -85,7 +85,8 @@ def test_schedules_run_every_micro_batch_once(schedule):
 
 def test_pipeline_engine_at_one_stage_equals_fast_path_without_overlap():
     layers = uniform_layers(6, params=3_000_000, acts=1000)
-    scenario = scenario_from_dict(spec(layers, gpus=4, per_node=4, intra="net", overlap=False))
+    scenario = scenario_from_dict({**spec(layers, gpus=4, per_node=4, intra="net", overlap=False),
+                                   "variability": {"stragglers": False}})
     fast = simulate(scenario)
     pipe = run_pipeline(build_pipeline_plan(scenario), 4, 8)
     assert pipe.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=1e-12)

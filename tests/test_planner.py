@@ -206,7 +206,8 @@ def test_why_is_the_breakdown_difference():
 
     def parts(o):  # by hand from the outcome's own fields: compute without its TP allreduces, the rest
         return {"compute": o.compute_time_s - o.tp_comm_time_s, "tensor-parallel allreduces": o.tp_comm_time_s,
-                "pipeline bubble": o.bubble_time_s, "exposed communication": o.exposed_comm_time_s}
+                "pipeline bubble": o.bubble_time_s, "exposed communication": o.exposed_comm_time_s,
+                "compute slowed by overlap": o.overlap_slowdown_time_s, "waiting for stragglers": o.straggler_wait_time_s}
 
     w, r = parts(result.winner.outcome), parts(second.outcome)
     gain = second.outcome.iteration_time_s - result.winner.outcome.iteration_time_s

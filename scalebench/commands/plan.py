@@ -56,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         scenario.add_argument(_flag(flag), dest=flag, type=_typed(_flag(flag), kind), default=None,
                               metavar=kind.__name__.upper() if kind is not str else "NAME", help=text.format(**words))
     scenario.add_argument("--catalog", help="YAML file of extra gpus/links (e.g. from scalebench calibrate)")
+    scenario.add_argument("--no-stragglers", dest="stragglers", action="store_false", default=None,
+                          help="candidates wait for nobody (variability.stragglers: false; default: every candidate waits "
+                               "for the expected slowest of its GPUs, sim/costs/stragglers.py)")
     search = parser.add_argument_group("search")
     search.add_argument("--objective", help="time (default: seconds per sample), gpu_hours, samples_per_s")
     search.add_argument("--global-batch", dest="global_batch", type=_typed("--global-batch", int),
@@ -129,6 +132,11 @@ def plan_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
         part[key] = value
         if flag == "gpus":
             part.pop("nodes", None)
+    if getattr(args, "stragglers", None) is not None:
+        variability = spec.get("variability") or {}
+        if not isinstance(variability, dict):
+            raise ConfigError("variability", variability, "a mapping (--no-stragglers sets variability.stragglers in it)")
+        spec["variability"] = {**variability, "stragglers": args.stragglers}
     plan = dict(spec.get("plan") or {})
     for key in PLAN_FLAGS:
         if getattr(args, key) is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from sim.faults import stragglers_line
 from sim.planner.request import PlanRequest
 from sim.planner.search import PlanResult
 from sim.planner.space import REASONS
@@ -37,6 +38,7 @@ def header(request: PlanRequest) -> list[str]:
         f"({c.nics_per_node} NIC{'s' if c.nics_per_node > 1 else ''} per node)",
         f"  GPUs {counts}; {request.precision}; {batch}; memory per GPU {human_bytes(request.memory_limit_bytes)}",
         f"  objective {OBJECTIVE_TEXT[request.objective]}",
+        f"  {stragglers_line(request.variability, request.cluster.gpu)}",
     ]
 
 
@@ -62,8 +64,8 @@ def summary(result: PlanResult) -> list[str]:
 
 
 HEAD = (f" {'#':>2} {'GPUs':>5} {'dp x pp x tp':>13} {'batch':>5} {'micro':>5} {'sched':>5} {'iteration':>10} "
-        f"{'compute':>10} {'recompute':>10} {'TP comm':>9} {'CP/EP/Z3':>9} {'bubble':>9} {'exposed':>9} {'codec':>9} "
-        f"{'memory':>9} {'samples/s':>10}  settings; synchronisation")
+        f"{'compute':>10} {'recompute':>10} {'TP comm':>9} {'CP/EP/Z3':>9} {'bubble':>9} {'exposed':>9} {'overlap':>9} "
+        f"{'waiting':>9} {'codec':>9} {'memory':>9} {'samples/s':>10}  settings; synchronisation")
 
 
 def _row(rank: int | str, c, note: str = "") -> str:
@@ -76,7 +78,8 @@ def _row(rank: int | str, c, note: str = "") -> str:
             f"{la.schedule if la.pp > 1 and la.micro_batches > 1 else '-':>5} {human_seconds(o.iteration_time_s):>10} "
             f"{human_seconds(compute):>10} {human_seconds(o.recompute_time_s):>10} {human_seconds(o.tp_comm_time_s):>9} "
             f"{human_seconds(o.model_comm_time_s):>9} {human_seconds(o.bubble_time_s):>9} "
-            f"{human_seconds(o.exposed_comm_time_s):>9} {human_seconds(o.codec_time_s):>9} "
+            f"{human_seconds(o.exposed_comm_time_s):>9} {human_seconds(o.overlap_slowdown_time_s):>9} "
+            f"{human_seconds(o.straggler_wait_time_s):>9} {human_seconds(o.codec_time_s):>9} "
             f"{human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}  "
             f"{la.extras() + ('; ' if la.extras() else '')}{c.sync.label()}{note}")
 
@@ -135,8 +138,8 @@ def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> in
     print()
     print("\n".join(top_table(result)))
     print("  (compute: forward + backward + optimizer of the busiest stage, without its recomputation, TP collectives "
-          "and CP/EP/ZeRO-3 communication (ring attention's sends, all-to-alls, ZeRO-3 gathers not hidden); codec time "
-          "is inside communication)")
+          "and CP/EP/ZeRO-3 communication (ring attention's sends, all-to-alls, ZeRO-3 gathers not hidden); overlap: what "
+          "collectives beside it took from it; waiting: for the slowest GPU; codec time is inside communication)")
     print("\n".join(memory_lines(result)))
     print(f"\nwhy: {why(result)}")
     start = time.perf_counter()

@@ -53,6 +53,22 @@ MAX_JOBS = 1024
 """Worker processes for --jobs: far above any machine's cores, below what exhausts process tables."""
 
 
+def _stragglers(experiment) -> str:
+    """The experiment's straggler line (sim.faults.stragglers_line) for its base GPU, naming a swept setting."""
+    from sim.catalog import builtin_catalog
+    from sim.errors import ConfigError
+    from sim.faults import stragglers_line, variability_from_dict
+
+    swept = [a for a in experiment.axes if a.startswith("variability")]
+    try:
+        cluster = experiment.base.get("cluster") or {}
+        gpu = builtin_catalog().extended(experiment.base.get("catalog")).gpu(str(cluster.get("gpu", "v100")), "cluster.gpu")
+        line = stragglers_line(variability_from_dict(experiment.base.get("variability")), gpu)
+    except ConfigError:  # a GPU or setting only the sweep names
+        line = "stragglers: as each point's variability section says (sim.costs.stragglers)"
+    return line + (f" (swept: {', '.join(swept)})" if swept else "")
+
+
 def default_config_path():
     from importlib import resources
 
@@ -95,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         print(plan_table(store.read_csv(), store.meta()))
     else:
         print(efficiency_table(store.read_csv(), store.meta()))
+    print(_stragglers(experiment))
     if args.plot:
         from experiments.plots import plot_results
 

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.catalog import load_catalog_file
     from sim.config import scenario_columns, scenario_from_dict
     from sim.errors import ConfigError
+    from sim.faults import stragglers_line
     from sim.fileio import atomic_write_json, check_writable
     from sim.simulate import simulate
     from sim.trace import chrome_trace
@@ -78,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"scalebench simulate: note: {note}", file=sys.stderr)
     row = {**scenario_columns(scenario), **result.metrics(), "source": "sim"}
     if args.format == "table":
-        write_out(breakdown_table({**row, "overhead_time_s": overhead_s(scenario)}) + links_table(result, scenario))
+        write_out(breakdown_table({**row, "overhead_time_s": overhead_s(scenario)},
+                                  stragglers_line(scenario.variability, scenario.cluster.gpu, scenario.cluster.world_size))
+                  + links_table(result, scenario))
     else:
         write_out(format_rows([row], args.format))
     if args.trace:
@@ -170,7 +173,7 @@ def _run_many(scenario, args: argparse.Namespace) -> int:
     return 0
 
 
-def breakdown_table(row: dict) -> str:
+def breakdown_table(row: dict, stragglers: str = "") -> str:
     from sim.units import human_bytes, human_seconds
 
     it = row["iteration_time_s"]
@@ -193,6 +196,10 @@ def breakdown_table(row: dict) -> str:
         f"  {'  exposed communication':<26}{human_seconds(row['exposed_comm_time_s']):>12}  {pct(row['exposed_comm_time_s'])}",
         *([f"  {'  per-iteration overhead':<26}{human_seconds(row['overhead_time_s']):>12}  {pct(row['overhead_time_s'])}"]
           if row.get("overhead_time_s") else []),
+        *([f"  {'  slowed by overlap':<26}{human_seconds(row['overlap_slowdown_time_s']):>12}  "
+           f"{pct(row['overlap_slowdown_time_s'])}"] if row.get("overlap_slowdown_time_s") else []),
+        *([f"  {'  waiting for stragglers':<26}{human_seconds(row['straggler_wait_time_s']):>12}  "
+           f"{pct(row['straggler_wait_time_s'])}"] if row.get("straggler_wait_time_s") else []),
         *_input_lines(row, human_seconds, pct),
         f"  {'communication (busy)':<26}{human_seconds(row['comm_time_s']):>12}  in {row['buckets']} buckets",
         f"  {'bytes on intra-node links':<26}{human_bytes(row['bytes_intra']):>12}  (cluster total)",
@@ -203,6 +210,7 @@ def breakdown_table(row: dict) -> str:
         f"  speedup     {row['speedup']:.1f}x over 1 GPU (weak scaling, same per-GPU batch)",
         f"  efficiency  {100 * row['scaling_efficiency']:.1f} %  (speedup / GPUs; one GPU doing one replica's batch: "
         f"{human_seconds(row['baseline_time_s'])})",
+        *([f"  {stragglers}"] if stragglers else []),
     ]
     return "\n".join(lines) + "\n"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sim.catalog import GPU
+from sim.costs.contention import PassLoad, gemm_blocks, gemm_tile
 from sim.workload import Layer, Workload
 
 OPTIMIZER_TRAFFIC = {"sgd": 3, "momentum": 5, "adam": 7}
@@ -47,6 +48,39 @@ def _one_layer(
     bwd = gpu.launch_overhead_s + roofline_time_s(layer.bwd_flops * batch, 2 * fwd_bytes, gpu, dtype)
     scale = slowdown * gpu.compute_scale  # a calibrated GPU's measured time over the roofline's
     return fwd * scale, bwd * scale
+
+
+def pass_loads(workload: Workload, gpu: GPU, dtype: str, dtype_bytes: int) -> list[tuple[PassLoad, PassLoad]]:
+    """(forward, backward) of every layer as the roofline of ``layer_times_s`` sees them: compute
+    and memory seconds, launch overhead, and the thread blocks of their GEMMs (what a collective
+    beside them takes away: sim.costs.contention). The forward GEMM writes the layer's output
+    (batch x activation elements); backward runs two GEMMs of half its FLOPs each, the data
+    gradient writing the layer's input (batch x the previous layer's activation elements) and
+    the weight gradient, whose few output tiles cuBLAS and cuDNN split along K to fill the GPU
+    (counted as many waves). The first layer computes no data gradient."""
+    tile = gemm_tile(gpu.compute_capability, dtype)
+    peak = gpu.flops_for(dtype) * gpu.efficiency
+    bandwidth = gpu.memory_bandwidth_Bps
+    batch = workload.batch_size
+    loads = []
+    previous_act = 0.0
+    for layer in workload.layers:
+        fwd_bytes = dtype_bytes * (layer.param_count + batch * (previous_act + layer.activation_elems))
+        fwd_gemms = ((1.0, gemm_blocks(batch * layer.activation_elems, tile)),) if layer.fwd_flops > 0 else ()
+        if layer.bwd_flops <= 0:
+            bwd_gemms: tuple[tuple[float, int | None], ...] = ()
+        elif previous_act > 0:
+            bwd_gemms = ((0.5, gemm_blocks(batch * previous_act, tile)), (0.5, None))
+        else:
+            bwd_gemms = ((1.0, None),)
+        loads.append((
+            PassLoad(layer.fwd_flops * batch / peak, fwd_bytes / bandwidth, gpu.launch_overhead_s, fwd_gemms,
+                     tile.blocks_per_sm),
+            PassLoad(layer.bwd_flops * batch / peak, 2 * fwd_bytes / bandwidth, gpu.launch_overhead_s, bwd_gemms,
+                     tile.blocks_per_sm),
+        ))
+        previous_act = layer.activation_elems
+    return loads
 
 
 def optimizer_step_time_s(param_count: int, dtype_bytes: int, optimizer: str, gpu: GPU) -> float:

@@ -32,6 +32,7 @@ import gc
 import simpy
 
 from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
+from sim.engine.attribution import exposed_terms
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync, detailed_collective, uses_collective
 from sim.engine.flows import ClusterNetwork
@@ -117,8 +118,10 @@ class _Rank(RankStreams):
         for k in range(len(self.plan.buckets)):
             bucket = yield (self.ready.get() if self.traced else self.handoffs.get(k))
             start = env.now
+            self.comm_busy, self.footprint = True, self.plan.footprint(bucket.index)
             yield from self.sync.bucket(self.members, self.rank, bucket.n_bytes, bucket.index, self._comm_span,
                                         encoded=bool(self.plan.bucket_encode_s))
+            self.comm_busy, self.footprint = False, None
             self.comm_window[bucket.index] = (start, env.now)
             self.comm_busy_s += env.now - start
             if self.traced:
@@ -143,6 +146,10 @@ class _Envelope(RankStreams):
     def communicate(self):
         yield simpy.AllOf(self.env, [r.comm_done for r in self.ranks])
         self.comm_done.succeed()
+
+    def active_footprint(self):
+        """Rank 0's collective slows this compute stream as it slows rank 0's (the ranks are alike)."""
+        return self.ranks[0].active_footprint()
 
 
 def check_detailed(scenario: Scenario) -> None:
@@ -187,9 +194,10 @@ def _ring_based(scenario: Scenario) -> bool:
     return not (detailed_collective(scenario.strategy.collective) == "ps" and uses_collective(scenario))
 
 
-def run_detailed(scenario: Scenario) -> IterationResult:
-    """One iteration of ``scenario`` with every rank and every message simulated."""
-    return run_detailed_with_network(scenario)[0]
+def run_detailed(scenario: Scenario, compute_scale: float = 1.0) -> IterationResult:
+    """One iteration of ``scenario`` with every rank and every message simulated, every compute
+    time x ``compute_scale`` (the slowest rank's: sim.costs.stragglers)."""
+    return run_detailed_with_network(scenario, compute_scale)[0]
 
 
 def _collectives(env: simpy.Environment, net: ClusterNetwork, scenario: Scenario, members: list[int]) -> Collectives:
@@ -203,14 +211,14 @@ def _collectives(env: simpy.Environment, net: ClusterNetwork, scenario: Scenario
     return PeriodicCollectives(env, net, traced=TRACED_RANKS, latency=latency)
 
 
-def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:
+def run_detailed_with_network(scenario: Scenario, compute_scale: float = 1.0) -> tuple[IterationResult, ClusterNetwork]:
     """``run_detailed`` and the network it ran on (per-endpoint byte counts, flow counts)."""
     check_detailed(scenario)
     if scenario.strategy.model_parallel or scenario.strategy.micro_batches > 1:
         from sim.engine.detailed_pipeline import run_detailed_pipeline
 
-        return run_detailed_pipeline(scenario)
-    plan = build_plan(scenario)
+        return run_detailed_pipeline(scenario, compute_scale)
+    plan = build_plan(scenario).scaled(compute_scale)
     cluster, strategy = scenario.cluster, scenario.strategy
     n = cluster.world_size
     env = simpy.Environment()
@@ -247,12 +255,21 @@ def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, Clus
         for b in plan.buckets
     )
     spans = tuple(s for r in ranks[:TRACED_RANKS] for s in r.spans)
+    compute = plan.compute_s + plan.iteration_overhead_s
+    terms = {}
+    if plan.bucket_terms:
+        runs = [(rec.start_s, rec.end_s) for rec in records]
+        terms = exposed_terms(envelope.waits, runs, plan.bucket_terms)
+        if plan.bucket_encode_s:
+            terms["codec"] = terms.get("codec", 0.0) + sum(plan.bucket_encode_s)
+        if plan.param_gather_s > 0:  # ZeRO-1/2's allgather after the step: on the critical path
+            terms["parameter allgather"] = plan.param_gather_s
     result = IterationResult(
         world_size=n,
         batch_size=scenario.workload.batch_size,
         iteration_time_s=total,
-        compute_time_s=plan.compute_s,
-        exposed_comm_time_s=max(0.0, total - plan.compute_s),
+        compute_time_s=compute,
+        exposed_comm_time_s=max(0.0, total - compute - envelope.overlap_slowdown_s),
         comm_time_s=max(r.comm_busy_s for r in ranks),
         forward_time_s=sum(plan.fwd_s),
         backward_time_s=sum(plan.bwd_s),
@@ -266,6 +283,8 @@ def run_detailed_with_network(scenario: Scenario) -> tuple[IterationResult, Clus
         codec_time_s=max((sync.codec_busy_s[r] for r in members), default=0.0),
         links=link_stats(net),
         flow_engine="event" if type(coll) is Collectives else "periodic",
+        overlap_slowdown_time_s=envelope.overlap_slowdown_s,
+        exposed_comm_terms=terms,
     )
     return result, net
 

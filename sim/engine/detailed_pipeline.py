@@ -140,7 +140,7 @@ class _PipelineRank:
         if self.sync_busy_s > 0:
             self._span("comm", "dp gradient sync", start)
         start = env.now
-        yield env.timeout(self.stage.optimizer_s)
+        yield env.timeout(self.stage.optimizer_s * run.compute_scale)
         self._span("compute", "optimizer step", start)
         self.end_s = env.now
 
@@ -149,16 +149,18 @@ class _PipelineRank:
 
 
 class _DetailedPipeline:
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario, compute_scale: float = 1.0):
         self.scenario = scenario
+        self.compute_scale = compute_scale
         self.plan = plan = build_pipeline_plan(scenario)
         self.layout = _Layout(plan)
         strategy, workload = scenario.strategy, scenario.workload
         dtype_bytes = DTYPE_BYTES[strategy.precision]
         micro_batch = workload.batch_size // strategy.micro_batches
-        # each rank's share of a layer's compute, as the fast path splits it (sim.costs.passes)
+        # each rank's share of a layer's compute, as the fast path splits it (sim.costs.passes), x the
+        # slowest rank's factor
         options = pass_options(scenario)
-        self.layer_s = [layer_compute_s(layer, f, b, options) for layer, (f, b) in
+        self.layer_s = [tuple(t * compute_scale for t in layer_compute_s(layer, f, b, options)) for layer, (f, b) in
                         zip(workload.layers, micro_batch_times_s(scenario, micro_batch, dtype_bytes), strict=True)]
         tp = strategy.tp
         self.tp_count = [tp_allreduces_per_pass(layer) if tp > 1 else 0 for layer in workload.layers]
@@ -178,10 +180,11 @@ class _DetailedPipeline:
         self.ranks = [_PipelineRank(self, r) for r in range(scenario.cluster.world_size)]
 
 
-def run_detailed_pipeline(scenario: Scenario) -> tuple[IterationResult, ClusterNetwork]:
-    """One iteration of a dp x pp x tp layout with every rank and every message simulated."""
+def run_detailed_pipeline(scenario: Scenario, compute_scale: float = 1.0) -> tuple[IterationResult, ClusterNetwork]:
+    """One iteration of a dp x pp x tp layout with every rank and every message simulated, every
+    compute time x ``compute_scale`` (the slowest rank's: sim.costs.stragglers)."""
     check_detailed_pipeline(scenario)
-    run = _DetailedPipeline(scenario)
+    run = _DetailedPipeline(scenario, compute_scale)
     env, plan = run.env, run.plan
     events = 0
     while env.peek() != float("inf"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import simpy
 
+from sim.engine.attribution import exposed_terms
 from sim.engine.plan import IterationPlan
 from sim.engine.streams import RankStreams
 from sim.result import BucketRecord, IterationResult, Span
@@ -26,6 +27,21 @@ class _Iteration(RankStreams):
         self.spans.append(Span(lane, name, start, self.env.now))
         self.log.append((self.env.now, f"{lane}:{name}"))
 
+    def comm_schedule(self):
+        plan, now = self.plan, self.env.now
+        out = []
+        clock = now
+        if self.comm_busy:
+            out.append((now, self.comm_until_s, self.footprint))
+            clock = self.comm_until_s
+        for bucket in self.pending:
+            start = clock
+            if plan.bucket_release_s:
+                start = max(start, self.backward_start_s + plan.bucket_release_s[bucket.index])
+            clock = start + plan.bucket_comm_s[bucket.index]
+            out.append((start, clock, plan.footprint(bucket.index)))
+        return out
+
     def communicate(self):
         env, plan = self.env, self.plan
         for _ in plan.buckets:
@@ -35,9 +51,11 @@ class _Iteration(RankStreams):
                 if release > env.now:
                     yield env.timeout(release - env.now)
             start = env.now
-            self.comm_busy = True
+            self.pending.remove(bucket)
+            self.comm_busy, self.footprint = True, plan.footprint(bucket.index)
+            self.comm_until_s = start + plan.bucket_comm_s[bucket.index]
             yield env.timeout(plan.bucket_comm_s[bucket.index])
-            self.comm_busy = False
+            self.comm_busy, self.footprint = False, None
             self._span("comm", f"bucket {bucket.index}", start)
             names = plan.layer_names
             self.bucket_records.append(
@@ -58,6 +76,14 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
     assert it.done.triggered, "iteration did not finish: a bucket was never handed to the comm stream"
     total = env.now
     compute = plan.compute_s + plan.iteration_overhead_s
+    terms = {}
+    if plan.bucket_terms:
+        runs = [(r.start_s, r.end_s) for r in sorted(it.bucket_records, key=lambda r: r.index)]
+        terms = exposed_terms(it.waits, runs, plan.bucket_terms)
+        if plan.bucket_encode_s:
+            terms["codec"] = terms.get("codec", 0.0) + sum(plan.bucket_encode_s)
+        if plan.param_gather_s > 0:  # ZeRO-1/2's allgather after the step: on the critical path
+            terms["parameter allgather"] = plan.param_gather_s
     bytes_total = {"intra": 0.0, "inter": 0.0}
     for per_bucket in plan.bucket_bytes_by_link:
         for k, v in per_bucket.items():
@@ -67,7 +93,7 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
         batch_size=batch_size,
         iteration_time_s=total,
         compute_time_s=compute,
-        exposed_comm_time_s=max(0.0, total - compute),
+        exposed_comm_time_s=max(0.0, total - compute - it.overlap_slowdown_s),
         comm_time_s=sum(plan.bucket_comm_s),
         forward_time_s=sum(plan.fwd_s),
         backward_time_s=sum(plan.bwd_s),
@@ -81,4 +107,6 @@ def run_fast(plan: IterationPlan, world_size: int, batch_size: int) -> Iteration
         codec_time_s=sum(plan.bucket_codec_s),
         coordination_time_s=plan.coordination_s,
         recompute_time_s=plan.recompute_s,
+        overlap_slowdown_time_s=it.overlap_slowdown_s,
+        exposed_comm_terms=terms,
     )

@@ -49,6 +49,8 @@ class ChunkPlan:
     """To the next virtual stage (the next pipeline rank, or from the last rank back to the first)."""
     send_link: str
     send_bytes: float
+    comm_s: float = 0.0
+    """Of fwd_s + bwd_s: TP collectives and other model-parallel communication (not scaled with compute)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,37 @@ def zero3_unit_comm(scenario: Scenario, spec: CommSpec | None = None) -> tuple[d
     return gather, scatter
 
 
+def scaled_passes(fwd_s: float, bwd_s: float, comm_s: float, scale: float) -> tuple[float, float]:
+    """A (virtual) stage's forward and backward with their compute x ``scale`` and their
+    communication ``comm_s`` (TP collectives and other model-parallel comm of both passes, taken
+    as half in each: Megatron's two collectives per pass, ring attention and all-to-alls alike)
+    as it is."""
+    half = comm_s / 2
+    return (fwd_s - half) * scale + half, (bwd_s - half) * scale + half
+
+
+def scaled_pipeline_plan(plan: PipelinePlan, scale: float) -> PipelinePlan:
+    """Every stage's (and model chunk's) compute and optimizer step x ``scale`` (the slowest rank's:
+    sim.costs.stragglers); communication, sends and gradient sync unchanged."""
+    if scale == 1.0:
+        return plan
+
+    def chunk(ch: ChunkPlan) -> ChunkPlan:
+        fwd, bwd = scaled_passes(ch.fwd_s, ch.bwd_s, ch.comm_s, scale)
+        return replace(ch, fwd_s=fwd, bwd_s=bwd)
+
+    def stage(st: StagePlan) -> StagePlan:
+        chunks = tuple(chunk(ch) for ch in st.chunks)
+        if chunks:
+            fwd, bwd = sum(ch.fwd_s for ch in chunks), sum(ch.bwd_s for ch in chunks)
+        else:
+            fwd, bwd = scaled_passes(st.fwd_s, st.bwd_s, st.tp_comm_s + st.model_comm_s, scale)
+        return replace(st, fwd_s=fwd, bwd_s=bwd, optimizer_s=st.optimizer_s * scale,
+                       recompute_s=st.recompute_s * scale, chunks=chunks)
+
+    return replace(plan, stages=tuple(stage(st) for st in plan.stages))
+
+
 def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
     workload, cluster, strategy = scenario.workload, scenario.cluster, scenario.strategy
     tp, pp, m, cp, v = strategy.tp, strategy.pp, strategy.micro_batches, strategy.cp, strategy.vpp
@@ -186,7 +219,9 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
         mine = list(range(s, len(bounds), pp))
         chunks = tuple(ChunkPlan(layers=bounds[k], fwd_s=sum(passes.fwd_s[slice(*bounds[k])]) + over_s,
                                  bwd_s=sum(passes.bwd_s[slice(*bounds[k])]) + over_s, send_s=sends[k][0],
-                                 send_link=sends[k][1], send_bytes=sends[k][2]) for k in mine)
+                                 send_link=sends[k][1], send_bytes=sends[k][2],
+                                 comm_s=sum(passes.tp_comm_s[i] + passes.model_comm_s[i] for i in range(*bounds[k])))
+                       for k in mine)
         layer_ids = [i for k in mine for i in range(*bounds[k])]
         params = sum(workload.layers[i].param_count for i in layer_ids)
         sync_s, codec_s, dp_bytes, gather_s = stage_sync(scenario, [bounds[k] for k in mine])

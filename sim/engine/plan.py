@@ -14,8 +14,8 @@ from sim.codecs import CODECS
 from sim.costs.codecs import CompressedSync, compressed_sync
 from sim.costs.collectives import bytes_by_link, collective_time_s
 from sim.costs.comm import allreduce_cost, op_cost, spec_of
-from sim.costs.compute import layer_times_s, workload_optimizer_time_s
-from sim.costs.contention import comm_compute_slowdown
+from sim.costs.compute import layer_times_s, pass_loads, workload_optimizer_time_s
+from sim.costs.contention import MEMORY_ONLY, Footprint, PassLoad, comm_footprint
 from sim.costs.coordination import NEGOTIATIONS
 from sim.costs.fusion import fusion_copy_s, horovod_fusion_batches
 from sim.costs.passes import layer_passes, pass_options
@@ -62,9 +62,13 @@ class IterationPlan:
     bucket_release_s: tuple[float, ...] = ()
     """Horovod's cycle: a fused batch starts no earlier than this many seconds after backward
     began (the first cycle tick after its gradients are ready). Empty: as soon as it is full."""
-    comm_slowdown: float = 0.0
-    """Fraction by which compute slows while a collective runs on the same GPU
-    (sim.costs.contention.comm_compute_slowdown)."""
+    layer_loads: tuple[tuple[PassLoad, PassLoad], ...] = ()
+    """(forward, backward) roofline terms and GEMM grids of each layer (sim.costs.compute.pass_loads):
+    what a collective in flight slows. Empty: nothing is slowed."""
+    optimizer_load: PassLoad = MEMORY_ONLY
+    bucket_footprints: tuple[Footprint | None, ...] = ()
+    """What each bucket's reduction takes from the GPU while it runs (sim.costs.contention.comm_footprint);
+    None or empty: nothing (no overlap setting, no GPU kernels)."""
     iteration_overhead_s: float = 0.0
     """A fixed cost per iteration after the optimizer step (strategy.iteration_overhead_s)."""
     double_buffering: bool = False
@@ -77,10 +81,25 @@ class IterationPlan:
     stage 1/2's all_gather of the partitions after step; not overlapped)."""
     recompute_s: float = 0.0
     """Of sum(bwd_s): activation recomputation."""
+    bucket_terms: tuple[dict[str, float], ...] = ()
+    """Each bucket's comm-stream time by term (``comm_terms``: latency, bandwidth, codec, fusion
+    copy), summing to its ``bucket_comm_s``: how exposed communication is attributed."""
 
     @property
     def compute_s(self) -> float:
         return sum(self.fwd_s) + sum(self.bwd_s) + self.optimizer_s
+
+    def footprint(self, bucket_index: int) -> Footprint | None:
+        return self.bucket_footprints[bucket_index] if self.bucket_footprints else None
+
+    def scaled(self, scale: float) -> IterationPlan:
+        """Every compute time x ``scale`` (the slowest rank's: sim.costs.stragglers); communication unchanged."""
+        if scale == 1.0:
+            return self
+        from dataclasses import replace
+
+        return replace(self, fwd_s=tuple(t * scale for t in self.fwd_s), bwd_s=tuple(t * scale for t in self.bwd_s),
+                       optimizer_s=self.optimizer_s * scale, recompute_s=self.recompute_s * scale)
 
 
 def assign_buckets(grad_bytes: Sequence[float], bucket_bytes: float, first_bucket_bytes: float) -> list[list[int]]:
@@ -135,6 +154,42 @@ def bucket_sync(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU,
         return cost.time_s, 0.0, dict(cost.bytes_by_link)
     sync = _compressed_sync(n_bytes, cluster, strategy, gpu)
     return sync.time_s, sync.codec_s, dict(sync.bytes_by_link)
+
+
+def bucket_footprint(n_bytes: float, comm_s: float, by_link: dict[str, float], cluster: Cluster, strategy: Strategy,
+                     extra_hbm_bytes: float = 0.0) -> Footprint | None:
+    """What one bucket's reduction takes from each GPU while it runs (sim.costs.contention.comm_footprint):
+    the bytes each rank sends are the group's bytes on links over its ranks (``bucket_sync``'s third
+    term, codecs and hierarchical compositions included); the algorithm NCCL runs decides its blocks."""
+    if not strategy.comm_slows_compute or cluster.world_size <= 1 or comm_s <= 0:
+        return None
+    algorithm = strategy.collective
+    if strategy.backend == "nccl" and algorithm == "auto" and strategy.codec is None:
+        from sim.costs.backends.nccl import choose
+
+        algorithm = choose("allreduce", n_bytes, cluster, spec_of(strategy).options())[0]
+    sent_per_rank = sum(by_link.values()) / cluster.world_size
+    return comm_footprint(n_bytes, sent_per_rank, comm_s, algorithm, cluster, strategy, extra_hbm_bytes)
+
+
+def comm_terms(stream_s: float, codec_s: float, copy_s: float, latency_s: float) -> dict[str, float]:
+    """A bucket's ``stream_s`` on the comm stream by term: the codec's passes on that stream, the
+    fusion-buffer copies, the library's size-independent time (``latency_s``: the same collective
+    of one element, at most what is left) and the rest, what the bytes cost (bandwidth)."""
+    left = max(0.0, stream_s - codec_s - copy_s)
+    latency = min(latency_s, left)
+    terms = {"latency": latency, "bandwidth": left - latency, "codec": min(codec_s, stream_s),
+             "fusion copy": min(copy_s, max(0.0, stream_s - codec_s))}
+    return {k: v for k, v in terms.items() if v > 0}
+
+
+def one_element_latency_s(cluster: Cluster, strategy: Strategy, gpu: GPU) -> float:
+    """The strategy's reduction of one gradient element, its codec's passes left out: what a bucket
+    pays whatever its size."""
+    if cluster.world_size == 1:
+        return 0.0
+    t, codec_s, _ = bucket_sync(strategy.grad_bytes_per_param, cluster, strategy, gpu)
+    return max(0.0, t - codec_s)
 
 
 def bucket_encode_s(n_bytes: float, cluster: Cluster, strategy: Strategy, gpu: GPU) -> float:
@@ -238,6 +293,9 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     codec_s = []
     encode_s = []
     link_bytes = []
+    footprints: list[Footprint | None] = []
+    terms = []
+    latency_s = one_element_latency_s(cluster, strategy, cluster.gpu)
     for index, positions in enumerate(groups):
         layers = tuple(backward_order[p] for p in positions)
         n_bytes = sum(grad_bytes[p] for p in positions)
@@ -245,15 +303,24 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         if whole_model_ps:
             t, t_codec, by_link = _placed_ps_sync([workload.layers[i].param_count * strategy.grad_bytes_per_param
                                                    for i in range(n_layers)], cluster, strategy)
+            footprints.append(bucket_footprint(n_bytes, t, by_link, cluster, strategy))
+            terms.append(comm_terms(t, 0.0, 0.0, latency_s))
         elif strategy.zero_stage:
             t, t_codec, by_link = zero_bucket_sync(n_bytes, cluster, strategy)
+            footprints.append(bucket_footprint(n_bytes, t, by_link, cluster, strategy))
+            terms.append(comm_terms(t, 0.0, 0.0, zero_bucket_sync(strategy.grad_bytes_per_param, cluster, strategy)[0]))
         else:
             held = None if placed is None else server_bytes(placed, positions, ps_servers_of(strategy, cluster))
             t, t_codec, by_link = bucket_sync(n_bytes, cluster, strategy, cluster.gpu, held)
             encode_s.append(bucket_encode_s(n_bytes, cluster, strategy, cluster.gpu))
             t -= encode_s[-1]  # on the compute stream, at the hand-off
+            copy_s = 0.0
             if strategy.fusion_bytes is not None and cluster.world_size > 1:  # Horovod's fusion buffer
-                t += fusion_copy_s(n_bytes, sum(grad_bytes[p] > 0 for p in positions), cluster.gpu)
+                copy_s = fusion_copy_s(n_bytes, sum(grad_bytes[p] > 0 for p in positions), cluster.gpu)
+                t += copy_s
+            footprints.append(bucket_footprint(n_bytes, t, by_link, cluster, strategy,
+                                               copy_s * cluster.gpu.memory_bandwidth_Bps))
+            terms.append(comm_terms(t, t_codec - encode_s[-1], copy_s, latency_s))
         comm_s.append(t)
         codec_s.append(t_codec)
         link_bytes.append(by_link)
@@ -281,7 +348,8 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         bucket_codec_s=tuple(codec_s),
         bucket_encode_s=tuple(encode_s) if any(encode_s) else (),
         bucket_release_s=tuple(release),
-        comm_slowdown=comm_compute_slowdown(scenario) if cluster.world_size > 1 else 0.0,
+        layer_loads=tuple(pass_loads(workload, cluster.gpu, strategy.precision, dtype_bytes)) if any(footprints) else (),
+        bucket_footprints=tuple(footprints) if any(footprints) else (),
         iteration_overhead_s=strategy.iteration_overhead_s
         + (strategy.multi_gpu_overhead_s if cluster.world_size > 1 else 0.0)
         + (strategy.inter_node_overhead_s if cluster.nodes > 1 else 0.0),
@@ -289,4 +357,5 @@ def build_plan(scenario: Scenario) -> IterationPlan:
         coordination_s=coordination,
         param_gather_s=gather_s,
         recompute_s=sum(passes.recompute_s),
+        bucket_terms=tuple(terms),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import simpy
 
+from sim.costs.contention import Footprint, PassLoad, contended_time_s
 from sim.engine.plan import IterationPlan
 from sim.result import Span
 
@@ -28,7 +29,17 @@ class RankStreams:
         self.end_s = 0.0
         self.backward_start_s = 0.0
         self.comm_busy = False
-        """True while a collective runs: compute then runs at 1 - plan.comm_slowdown."""
+        self.footprint: Footprint | None = None
+        """What the collective in flight takes from the GPU (None: nothing runs, or it takes
+        nothing): a kernel that starts meanwhile runs at sim.costs.contention's contended time."""
+        self.overlap_slowdown_s = 0.0
+        self.comm_until_s = 0.0
+        """When the collective in flight ends, where the engine knows it in advance (the fast path)."""
+        self.pending: list = []
+        """Buckets handed to the comm stream and not started yet, in order."""
+        self.waits: list[tuple[float, float]] = []
+        """Spans the compute stream waited for the communication stream (exposed communication)."""
+        """Compute time added by collectives running beside it (sum over kernels of contended - free)."""
 
     def start(self) -> None:
         self.env.process(self.communicate())
@@ -40,26 +51,71 @@ class RankStreams:
     def communicate(self):
         raise NotImplementedError
 
-    def _work(self, t: float) -> float:
-        """A kernel's duration: slowed while a collective holds some of the GPU's SMs (the
-        state at its start decides: layers are short next to a collective)."""
-        return t / (1.0 - self.plan.comm_slowdown) if self.comm_busy and self.plan.comm_slowdown else t
+    def active_footprint(self) -> Footprint | None:
+        """The footprint of the collective in flight on this rank's GPU (the detailed mode's
+        envelope reads rank 0's)."""
+        return self.footprint if self.comm_busy else None
+
+    def comm_schedule(self) -> list[tuple[float, float, Footprint | None]] | None:
+        """The comm stream's collectives from now on as (start, end, footprint), or None where their
+        durations are not known in advance (the detailed mode: its flows decide them). Nothing is
+        handed over while a layer runs, so the fast path knows them: the one in flight, then the
+        pending buckets in order, each from the end of the one before (or its release)."""
+        return None
+
+    def _work(self, t: float, load: PassLoad | None) -> float:
+        """A kernel's duration: its time alone, slowed while collectives run beside it
+        (sim.costs.contention: SMs held, memory bandwidth taken). Where the comm stream's schedule
+        is known (the fast path), the kernel progresses at the contended rate while a collective
+        runs and at full rate outside; otherwise the state at its start decides."""
+        if load is None:
+            return t
+        schedule = self.comm_schedule()
+        if schedule is None:
+            footprint = self.active_footprint()
+            slowed = t if footprint is None else contended_time_s(t, load, footprint)
+        else:
+            clock, work, extra = self.env.now, t, 0.0
+            for start, end, footprint in schedule:
+                if work <= 0:
+                    break
+                if footprint is None or end <= clock or start >= clock + work:  # not beside this kernel
+                    continue
+                if start > clock:  # the comm stream idles until then: full speed
+                    work -= start - clock
+                    clock = start
+                factor = contended_time_s(1.0, load, footprint)
+                if work * factor <= end - clock:
+                    extra += work * (factor - 1.0)
+                    work = 0.0
+                else:
+                    done = (end - clock) / factor
+                    extra += (end - clock) - done
+                    work -= done
+                    clock = end
+            slowed = t + extra
+        self.overlap_slowdown_s += slowed - t
+        return slowed
+
+    def _load(self, layer: int, backward: bool) -> PassLoad | None:
+        loads = self.plan.layer_loads
+        return loads[layer][1 if backward else 0] if loads else None
 
     def compute(self):
         env, plan = self.env, self.plan
         if plan.double_buffering:  # the previous iteration's gradients reduce during this one
             for bucket in plan.buckets:
                 yield from self._hand_off(bucket)
-        for name, t in zip(plan.layer_names, plan.fwd_s, strict=True):
+        for i, (name, t) in enumerate(zip(plan.layer_names, plan.fwd_s, strict=True)):
             start = env.now
-            yield env.timeout(self._work(t))
+            yield env.timeout(self._work(t, self._load(i, False)))
             self._span("compute", f"fwd {name}", start)
         bucket_of = {b.layers[-1]: b for b in plan.buckets}
         deferred = []
         self.backward_start_s = env.now
         for i in range(len(plan.layer_names) - 1, -1, -1):
             start = env.now
-            yield env.timeout(self._work(plan.bwd_s[i]))
+            yield env.timeout(self._work(plan.bwd_s[i], self._load(i, True)))
             self._span("compute", f"bwd {plan.layer_names[i]}", start)
             if i in bucket_of and not plan.double_buffering:
                 bucket = bucket_of[i]
@@ -71,12 +127,12 @@ class RankStreams:
         for bucket in deferred:
             yield from self._hand_off(bucket)
         if not plan.double_buffering:
-            yield self.comm_done
+            yield from self._wait_for_comm()
         start = env.now
-        yield env.timeout(self._work(plan.optimizer_s))
+        yield env.timeout(self._work(plan.optimizer_s, plan.optimizer_load if plan.layer_loads else None))
         self._span("compute", "optimizer step", start)
         if plan.double_buffering:
-            yield self.comm_done
+            yield from self._wait_for_comm()
         if plan.param_gather_s > 0:  # ZeRO-1/2: the updated shards, allgathered before the next forward
             start = env.now
             yield env.timeout(plan.param_gather_s)
@@ -86,6 +142,12 @@ class RankStreams:
             yield env.timeout(plan.iteration_overhead_s)
             self._span("compute", "iteration overhead", start)
         self.end_s = env.now
+
+    def _wait_for_comm(self):
+        start = self.env.now
+        yield self.comm_done
+        if self.env.now > start:
+            self.waits.append((start, self.env.now))
 
     def _hand_off(self, bucket):
         """Give ``bucket`` to the comm stream, after the codec work that precedes its collective
@@ -97,4 +159,5 @@ class RankStreams:
             yield env.timeout(encode_s)
             self._span("compute", f"encode bucket {bucket.index}", start)
         self.ready_at.setdefault(bucket.index, env.now)
+        self.pending.append(bucket)
         yield self.ready.put(bucket)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 from sim.cluster import Cluster
 from sim.costs.comm import op_cost, spec_of
-from sim.costs.compute import layer_times_s, workload_optimizer_time_s
+from sim.costs.compute import layer_times_s, pass_loads, workload_optimizer_time_s
 from sim.costs.passes import Passes, layer_passes, pass_options
 from sim.costs.tensor import tp_allreduces_per_pass, tp_layer_comm_s
 from sim.engine.fast import run_fast
@@ -44,6 +44,7 @@ from sim.engine.pipeline_plan import (
     micro_batch_times_s,
     moe_alltoall_s,
     optimizer_params,
+    scaled_passes,
     stage_sync,
     tp_spec,
     zero3_unit_comm,
@@ -54,6 +55,7 @@ from sim.engine.plan import (
     IterationPlan,
     assign_buckets,
     bucket_encode_s,
+    bucket_footprint,
     bucket_sync,
     data_parallel_passes,
     param_gather_cost,
@@ -65,6 +67,7 @@ from sim.planner.flush import flush_ends
 from sim.planner.request import PlanRequest
 from sim.planner.space import Layout, Sync
 from sim.scenario import Scenario
+from sim.simulate import with_stragglers
 from sim.strategy import DTYPE_BYTES, Strategy
 from sim.workload import Workload
 
@@ -84,6 +87,8 @@ class Outcome:
     memory_bytes: float
     model_comm_time_s: float = 0.0
     recompute_time_s: float = 0.0
+    overlap_slowdown_time_s: float = 0.0
+    straggler_wait_time_s: float = 0.0
 
 
 class Rejection(Exception):
@@ -119,7 +124,7 @@ bit) or by running sim.engine.pipeline.run_pipeline (the benchmark's comparison)
 class Evaluator:
     def __init__(self, request: PlanRequest, flush: str = "replay"):
         base = request.strategy
-        if (base.framework or base.fusion_bytes is not None or base.comm_slows_compute or base.double_buffering
+        if (base.framework or base.fusion_bytes is not None or base.double_buffering
                 or base.iteration_overhead_s or base.first_bucket_bytes is not None):
             raise ValueError("the planner searches DDP-style synchronisation: no framework mechanisms in its base strategy")
         if flush not in FLUSHES:
@@ -166,13 +171,26 @@ class Evaluator:
 
     def _sync_s(self, n_bytes: float, group_key: tuple, group: Cluster, sync: Sync) -> tuple[float, float]:
         """(comm seconds, codec seconds) of one bucket: ``bucket_sync``'s first two terms."""
+        t, codec_s, _ = self._sync(n_bytes, group_key, group, sync)
+        return t, codec_s
+
+    def _sync(self, n_bytes: float, group_key: tuple, group: Cluster, sync: Sync) -> tuple[float, float, dict[str, float]]:
         key = ("bucket", n_bytes, group_key, sync.backend, sync.collective, sync.codec, sync.codec_path)
         try:
             return self._cache[key]  # type: ignore[return-value]
         except KeyError:
-            t, codec_s, _ = bucket_sync(n_bytes, group, self._comm_strategy(sync), self.gpu)
-            self._cache[key] = (t, codec_s)
-            return t, codec_s
+            value = self._cache[key] = bucket_sync(n_bytes, group, self._comm_strategy(sync), self.gpu)
+            return value
+
+    def _footprint(self, n_bytes: float, stream_s: float, by_link: dict[str, float], group_key: tuple, group: Cluster,
+                   sync: Sync):
+        """What the bucket's reduction takes from the GPU beside compute (``build_plan``'s ``bucket_footprint``)."""
+        key = ("footprint", n_bytes, stream_s, group_key, sync.backend, sync.collective, sync.codec, sync.codec_path)
+        return self._get(key, lambda: bucket_footprint(n_bytes, stream_s, by_link, group, self._comm_strategy(sync)))
+
+    def straggler_scale(self, gpus: int) -> float:
+        """The expected slowest of ``gpus`` ranks' compute factor (``simulate``'s: sim.costs.stragglers)."""
+        return self._get(("stragglers", gpus), lambda: self.request.variability.scale(self.gpu, gpus))
 
     def _op_s(self, op: str, n_bytes: float, group_key: tuple, group: Cluster, backend: str) -> float:
         """A reduce-scatter or allgather through the library's own algorithm (ZeRO's)."""
@@ -283,19 +301,22 @@ class Evaluator:
         groups = self._get(("dp_buckets", sync.bucket_bytes),
                            lambda: assign_buckets(grad_bytes, sync.bucket_bytes, DDP_FIRST_BUCKET_BYTES))
         cluster = self.cluster(layout.gpus)
-        comm, codec, encode = [], [], []
+        comm, codec, encode, footprints = [], [], [], []
         for positions in groups:
             n_bytes = sum(grad_bytes[p] for p in positions)
-            t, c, e = 0.0, 0.0, 0.0
+            t, c, e, f = 0.0, 0.0, 0.0, None
             if layout.zero_stage:
-                t = self._get(("zero_bucket", n_bytes, layout.gpus, sync.backend),
-                              lambda n=n_bytes: zero_bucket_sync(n, cluster, self._comm_strategy(sync))[0])
+                t, _, by_link = self._get(("zero_bucket", n_bytes, layout.gpus, sync.backend),
+                                          lambda n=n_bytes: zero_bucket_sync(n, cluster, self._comm_strategy(sync)))
+                f = self._footprint(n_bytes, t, by_link, ("zero", layout.gpus), cluster, sync) if layout.gpus > 1 else None
             elif layout.gpus > 1:
-                t, c = self._sync_s(n_bytes, ("all", layout.gpus), cluster, sync)
+                t, c, by_link = self._sync(n_bytes, ("all", layout.gpus), cluster, sync)
                 e = self._encode_s(n_bytes, ("all", layout.gpus), cluster, sync)
+                f = self._footprint(n_bytes, t - e, by_link, ("all", layout.gpus), cluster, sync)
             comm.append(t - e if not layout.zero_stage else t)
             codec.append(c)
             encode.append(e)
+            footprints.append(f)
         # a calibration's overheads, where the layout has several GPUs / spans nodes (as sim.engine.plan)
         overhead = ((request.strategy.multi_gpu_overhead_s if layout.gpus > 1 else 0.0)
                     + (request.strategy.inter_node_overhead_s if cluster.nodes > 1 else 0.0))
@@ -303,8 +324,9 @@ class Evaluator:
         if layout.zero_stage:
             gather_s = self._get(("zero_gather", layout.gpus, sync.backend), lambda: param_gather_cost(
                 request.workload.param_count * self.dtype_bytes, cluster, self._comm_strategy(sync))[0])
+        scale = self.straggler_scale(layout.gpus)
         key = ("fast", layout.batch, layout.recompute, sync.bucket_bytes, tuple(comm), tuple(encode), overhead, gather_s,
-               layout.zero_stage > 0)
+               layout.zero_stage > 0, tuple(footprints), scale)
 
         def make():
             self.simulations += 1
@@ -319,13 +341,16 @@ class Evaluator:
                 optimizer_s=self._dp_optimizer_s(layout),
                 overlap=request.strategy.overlap, bucket_codec_s=tuple(codec),
                 bucket_encode_s=tuple(encode) if any(encode) else (), iteration_overhead_s=overhead,
-                param_gather_s=gather_s, recompute_s=sum(passes.recompute_s))
-            r = run_fast(plan, layout.gpus, layout.batch)
+                param_gather_s=gather_s, recompute_s=sum(passes.recompute_s),
+                layer_loads=self._get(("loads", layout.batch), lambda: tuple(pass_loads(
+                    self.workload(layout.batch), self.gpu, request.precision, self.dtype_bytes))) if any(footprints) else (),
+                bucket_footprints=tuple(footprints) if any(footprints) else ())
+            r = with_stragglers(lambda s: run_fast(plan.scaled(s), layout.gpus, layout.batch), scale)
             return (r.iteration_time_s, r.compute_time_s, r.exposed_comm_time_s, r.comm_time_s, r.codec_time_s,
-                    r.recompute_time_s)
+                    r.recompute_time_s, r.overlap_slowdown_time_s, r.straggler_wait_time_s)
 
-        total, compute, exposed, comm_s, codec_s, recompute_s = self._get(key, make)
-        return Outcome(total, compute, exposed, 0.0, codec_s, 0.0, 0.0, comm_s, memory, 0.0, recompute_s)
+        total, compute, exposed, comm_s, codec_s, recompute_s, slowdown, wait = self._get(key, make)
+        return Outcome(total, compute, exposed, 0.0, codec_s, 0.0, 0.0, comm_s, memory, 0.0, recompute_s, slowdown, wait)
 
     # -- layouts with stages, TP, CP, EP, ZeRO-3 or micro-batches: pipeline_plan + run_pipeline --
 
@@ -474,18 +499,28 @@ class Evaluator:
         m, p, v = layout.micro_batches, layout.pp, layout.vpp
         stages = self._stages(layout, sync.backend, bounds)
         sends = self._sends(layout, bounds)
-        flush = self._flush_ends(layout.schedule, m, v, stages, sends)
         terms = [self._stage_sync(layout, sync, bounds[s::p]) for s in range(p)]
         dp_s = [t[0] for t in terms]
         codec_s = [t[1] for t in terms]
         gather_s = [t[2] for t in terms]
         opt_s = [self._optimizer_s(layout, bounds[s::p]) for s in range(p)]
-        # run_pipeline: after its flush a stage syncs its gradients (if any), steps, then (ZeRO-1/2) gathers
-        ends = []
-        for t, d, o, g in zip(flush, dp_s, opt_s, gather_s, strict=True):
-            end = (t + d if d > 0 else t) + o
-            ends.append(end + g if g > 0 else end)
-        total = max(ends)
+
+        def end(scale: float) -> tuple[float, tuple[float, ...]]:
+            # sim.engine.pipeline_plan.scaled_pipeline_plan: each virtual stage's compute x scale, its
+            # TP and other model-parallel communication (half in each pass) as it is
+            scaled = stages if scale == 1.0 else [scaled_passes(f, b, tp + mc, scale) + (tp, mc, rc)
+                                                   for f, b, tp, mc, rc in stages]
+            flush = self._flush_ends(layout.schedule, m, v, scaled, sends)
+            # run_pipeline: after its flush a stage syncs its gradients (if any), steps, then (ZeRO-1/2) gathers
+            ends = []
+            for t, d, o, g in zip(flush, dp_s, opt_s, gather_s, strict=True):
+                e = (t + d if d > 0 else t) + o * scale
+                ends.append(e + g if g > 0 else e)
+            return max(ends), flush
+
+        total, flush = end(1.0)
+        scale = self.straggler_scale(layout.gpus)
+        slow = end(scale)[0] if scale != 1.0 else total
         # per device: its chunks' sums, as build_pipeline_plan's StagePlan (fwd_s = sum of chunk fwd_s)
         devices = [[stages[k] for k in range(s, len(stages), p)] for s in range(p)]
         dev_f = [sum(ch[0] for ch in dev) for dev in devices]
@@ -502,10 +537,11 @@ class Evaluator:
         recompute_s = sum(passes.recompute_s[i] for i in layer_ids)
         per_device_sends = [sends[s] if v == 1 else sum(sends[k] for k in range(s, len(sends), p)) for s in range(p)]
         return Outcome(
-            iteration_time_s=total, compute_time_s=compute, exposed_comm_time_s=max(0.0, total - compute - bubble),
+            iteration_time_s=slow, compute_time_s=compute, exposed_comm_time_s=max(0.0, total - compute - bubble),
             bubble_time_s=bubble, codec_time_s=max(codec_s), tp_comm_time_s=m * tp_s,
             pp_comm_time_s=2 * m * max(per_device_sends), comm_time_s=max(dp_s), memory_bytes=memory,
-            model_comm_time_s=m * model_s, recompute_time_s=m * recompute_s)
+            model_comm_time_s=m * model_s, recompute_time_s=m * recompute_s,
+            straggler_wait_time_s=max(0.0, slow - total))
 
 
 def _chunk_plans(times, sends, p: int, s: int):

@@ -14,14 +14,16 @@ from sim.planner.search import TIE_REL, Candidate, PlanResult
 from sim.units import human_seconds
 
 PART_NAMES = ("compute", "recomputation", "tensor-parallel allreduces", "context/expert/ZeRO-3 communication",
-              "pipeline bubble", "exposed communication")
+              "pipeline bubble", "exposed communication", "compute slowed by overlap", "waiting for stragglers")
 
 
 def parts_s(outcome: Outcome) -> dict[str, float]:
     """The iteration's additive parts (seconds); 'other' holds what rounding or the engine's
     accounting leaves (the busiest stage's optimizer step vs the last stage's end). Recomputation
     and the model-parallel communication other than TP's (ring attention's exposed sends, MoE
-    all-to-alls, ZeRO-3's exposed gathers) are parts of their own only where they occur."""
+    all-to-alls, ZeRO-3's exposed gathers) are parts of their own only where they occur; so are what
+    collectives beside compute took from it and the wait for the slowest GPU (sim.costs.contention,
+    sim.costs.stragglers)."""
     parts = {
         "compute": (outcome.compute_time_s - outcome.tp_comm_time_s - outcome.model_comm_time_s
                     - outcome.recompute_time_s),
@@ -30,6 +32,8 @@ def parts_s(outcome: Outcome) -> dict[str, float]:
         "context/expert/ZeRO-3 communication": outcome.model_comm_time_s,
         "pipeline bubble": outcome.bubble_time_s,
         "exposed communication": outcome.exposed_comm_time_s,
+        "compute slowed by overlap": outcome.overlap_slowdown_time_s,
+        "waiting for stragglers": outcome.straggler_wait_time_s,
     }
     for name in ("recomputation", "context/expert/ZeRO-3 communication"):
         if not parts[name]:

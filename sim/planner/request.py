@@ -20,6 +20,7 @@ from sim.cluster import MAX_WORLD_SIZE, Cluster, cluster_from_dict
 from sim.codecs import CODECS
 from sim.costs.backends import BACKENDS, default_backend
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.faults import Variability, variability_from_dict
 from sim.strategy import (
     COLLECTIVES,
     DTYPE_BYTES,
@@ -113,6 +114,8 @@ class PlanRequest:
     """The catalog the config's section extends (a --catalog file's, or None: the built-in one)."""
     workload_spec: dict[str, Any] | None = None
     """The workload as a candidate's scenario spells it (``reproducible_workload``)."""
+    variability: Variability = Variability()
+    """How the ranks differ in speed: every candidate waits for its slowest (sim.costs.stragglers)."""
 
     @property
     def precision(self) -> str:
@@ -164,7 +167,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
     if not isinstance(spec, dict):
         raise ConfigError("config", type(spec).__name__, "a mapping with workload, cluster, strategy, catalog, plan")
     reject_unknown_keys("config", spec, ("name", "description", "workload", "cluster", "strategy", "catalog", "plan",
-                                         "simulation"))
+                                         "simulation", "variability"))
     base_catalog = catalog
     catalog = (catalog or builtin_catalog()).extended(spec.get("catalog"))
     if "workload" not in spec:
@@ -257,6 +260,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         catalog_spec=spec.get("catalog"),
         catalog=base_catalog,
         workload_spec=reproducible_workload(workload),
+        variability=variability_from_dict(spec.get("variability")),
     )
 
 

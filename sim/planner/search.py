@@ -106,7 +106,18 @@ def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
     }
     if request.catalog_spec:
         spec["catalog"] = request.catalog_spec
+    variability = variability_spec(request.variability)
+    if variability:
+        spec["variability"] = variability
     return spec
+
+
+def variability_spec(v) -> dict:
+    """The ``variability:`` section that makes ``v`` again (empty: the default)."""
+    from sim.faults import Variability
+
+    default = Variability()
+    return {k: getattr(v, k) for k in ("stragglers", "gpu_cv", "iteration_cv") if getattr(v, k) != getattr(default, k)}
 
 
 @dataclass

@@ -24,7 +24,8 @@ CONFIRM_REL = 1e-9
 """The planner's figures and simulate()'s agree bit for bit in the tests; this is the margin the
 runtime check allows before calling it a bug."""
 FIELDS = ("iteration_time_s", "compute_time_s", "exposed_comm_time_s", "bubble_time_s", "codec_time_s",
-          "tp_comm_time_s", "pp_comm_time_s", "comm_time_s", "memory_bytes", "model_comm_time_s", "recompute_time_s")
+          "tp_comm_time_s", "pp_comm_time_s", "comm_time_s", "memory_bytes", "model_comm_time_s", "recompute_time_s",
+          "overlap_slowdown_time_s", "straggler_wait_time_s")
 
 
 def scenario_of(result: PlanResult, c: Candidate, fidelity: str = "fast"):
