@@ -16,6 +16,7 @@ from sim.errors import ConfigError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
     "simulate": ("scalebench.commands.simulate", "simulate one training iteration and print its breakdown"),
+    "explain": ("scalebench.commands.explain", "where a predicted iteration goes, term by term, beside a measured one"),
     "plan": ("scalebench.commands.plan", "search the best layout, library, codec and GPU count to train a model on a cluster"),
     "collective": ("scalebench.commands.collective", "predict one collective over sizes, in nccl-tests' columns"),
     "bench": ("scalebench.commands.bench", "time the simulator itself at 64 to 16,384 GPUs"),

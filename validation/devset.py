@@ -197,8 +197,10 @@ def horovod_predictions(data_dir: Path) -> list[Prediction]:
         predicted = result.throughput_samples_per_s / bar
         grad_bytes = scenario.workload.param_count * 4
         naive = naive_horovod_efficiency(64 / per_gpu, grad_bytes, gpus)
+        batch = scenario.workload.batch_size
         out.append(Prediction(f"horovod {r['model']}", f"{kind} {gpus} GPUs", float(r["value"]) / bar, predicted,
-                              naive, "eff", gated=True, gpus=gpus))
+                              naive, "eff", gated=True, gpus=gpus, scenario=scenario, result=result,
+                              measured_iteration_s=gpus * batch / float(r["value"])))
     return out + tcp_roce_gaps(out)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sim.errors import ConfigError
 
@@ -26,6 +27,14 @@ class Prediction:
     """Inside the rows the README's floor covers."""
     gpus: int = 0
     """The row's GPU count, where it has one (targets that hold at some GPU counts only)."""
+    scenario: Any = None
+    """The sim.scenario.Scenario predicted, for rows that are a training iteration: with ``result``
+    and ``measured_iteration_s``, what ``validate --suite devset --explain`` explains
+    (validation/devset_explain.py)."""
+    result: Any = None
+    """Its sim.result.IterationResult."""
+    measured_iteration_s: float | None = None
+    """The measurement as one iteration's time: what ``--explain`` sets the predicted terms beside."""
 
     def error(self, value: float | None = None) -> float:
         value = self.predicted if value is None else value

@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --suite devset: tolerate this known gap by name (repeatable; CI names each one); "
                              "with any --tolerate, a group worse than its floor and not named fails the run "
                              "(default: every known gap of validation.devset_report.KNOWN_GAPS is tolerated)")
+    parser.add_argument("--explain", action="store_true",
+                        help="with --suite devset: every row that is a training iteration, term by term beside its "
+                             "measurement (scalebench explain's breakdown), and the residuals by GPU count, link kind "
+                             "and framework")
     parser.add_argument("--quick", action="store_true",
                         help=f"the CI subset ({QUICK_CONFIG.name}: loopback, a few points, minutes)")
     parser.add_argument("--config", help=f"validation config (default: {FULL_CONFIG.name}, or the quick one)")
@@ -56,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     harness_only = {"--quick": args.quick, "--config": args.config, "--out": args.out,
                     "--recalibrate": args.recalibrate, "--remeasure": args.remeasure, "--replay": args.replay}
+    if args.explain and args.suite != "devset":
+        raise ConfigError("--explain", True, "--suite devset (scalebench explain explains one scenario)")
     if args.suite in ("devset", "extrapolate"):
         if args.all:
             raise ConfigError("--all", True, "--suite simgrid")
@@ -132,11 +138,15 @@ def _devset(args: argparse.Namespace) -> int:
             if name not in KNOWN_GAPS:
                 raise ConfigError("--tolerate", name, "a known gap: " + "; ".join(sorted(KNOWN_GAPS)))
         tolerate = set(args.tolerate)
-    _, summaries = run_devset(Path(args.data) if args.data else None)
+    preds, summaries = run_devset(Path(args.data) if args.data else None)
     sys.stdout.write("The model against public measurements of real GPU clusters (validation/devset/README.md);\n"
                      "errors on the rows the naive floor covers (tc rows with a rate; busbw from 1 MB); efficiency\n"
                      "groups in percentage points, signed median > 0: the model is optimistic:\n\n")
     sys.stdout.write(devset_report(summaries, args.strict, tolerate))
+    if args.explain:
+        from validation.devset_explain import explain_report
+
+        sys.stdout.write("\n" + explain_report(preds))
     return 1 if failing_groups(summaries, args.strict, tolerate) else 0
 
 
