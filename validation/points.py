@@ -114,7 +114,9 @@ def sim_scenario(point: Point, cal: Calibration, catalog: Catalog):
                         "intra_link": link, "inter_link": link},
             "strategy": strategy, "simulation": {"check_memory": False}}
     scenario = scenario_from_dict(spec, catalog)
-    device = shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks)
+    # the calibrated device is this machine's CPU (real/calibrate.py writes kind: cpu; records made
+    # before it did lack it): no GPU's SMs to hold, no published spread of its speed to wait on
+    device = replace(shared_device(scenario.cluster.gpu, cores=cores, ranks=point.ranks), kind="cpu")
     scenario = replace(scenario, cluster=replace(scenario.cluster, gpu=device))
     if point.strategy == "ps_sync":
         ps = colocated_ps_link(scenario.cluster.intra_link, fitted_n=int(link.split("_n")[-1].split("_")[0]),
