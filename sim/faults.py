@@ -103,7 +103,8 @@ def heterogeneity_from_dict(spec: Any, catalog: Catalog, where: str = "heterogen
     )
 
 
-def stragglers_line(variability: Variability, gpu: GPU, ranks: int | None = None) -> str:
+def stragglers_line(variability: Variability, gpu: GPU, ranks: int | None = None,
+                    off: str = "--no-stragglers: off") -> str:
     """One line for an output: whether synchronous steps wait for the slowest rank, how much
     (with ``ranks``), and where the figure comes from."""
     from sim.costs.stragglers import GPU_CV, GPU_CV_SOURCE
@@ -117,7 +118,7 @@ def stragglers_line(variability: Variability, gpu: GPU, ranks: int | None = None
     jitter = f", per-iteration CV {100 * variability.iteration_cv:.3g} %" if variability.iteration_cv else ""
     whom = (f"the expected slowest of {ranks} ranks, compute x{variability.scale(gpu, ranks):.4f}" if ranks
             else "the expected slowest rank")
-    return f"stragglers: steps wait for {whom} (per-GPU CV {100 * cv:.3g} %{jitter}: {source}); --no-stragglers: off"
+    return f"stragglers: steps wait for {whom} (per-GPU CV {100 * cv:.3g} %{jitter}: {source}); {off}"
 
 
 def variability_from_dict(spec: Any, where: str = "variability") -> Variability:

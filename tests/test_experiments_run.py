@@ -156,6 +156,7 @@ def test_cli_run_plot_report(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "scaling efficiency" in out
     assert "skipped cluster.gpus=3, cluster.inter_link=tcp_10gbe: cluster.gpus: got 3" in out
+    assert "stragglers: steps wait for the expected slowest rank" in out and "Sinha et al. SC'22" in out
     plots = tmp_path / "mini" / "plots"
     for stem in ("speedup", "efficiency", "breakdown", "compare_cluster_inter_link", "timeline"):
         for ext in ("png", "svg"):

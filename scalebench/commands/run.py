@@ -63,7 +63,8 @@ def _stragglers(experiment) -> str:
     try:
         cluster = experiment.base.get("cluster") or {}
         gpu = builtin_catalog().extended(experiment.base.get("catalog")).gpu(str(cluster.get("gpu", "v100")), "cluster.gpu")
-        line = stragglers_line(variability_from_dict(experiment.base.get("variability")), gpu)
+        line = stragglers_line(variability_from_dict(experiment.base.get("variability")), gpu,
+                               off="variability: {stragglers: false} in the config: off")
     except ConfigError:  # a GPU or setting only the sweep names
         line = "stragglers: as each point's variability section says (sim.costs.stragglers)"
     return line + (f" (swept: {', '.join(swept)})" if swept else "")

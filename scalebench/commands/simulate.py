@@ -150,6 +150,7 @@ def _throughput_calibration(args: argparse.Namespace) -> dict | None:
 
 def _run_many(scenario, args: argparse.Namespace) -> int:
     from sim.config import scenario_columns
+    from sim.faults import stragglers_line
     from sim.run import check_run_size, simulate_run
 
     run = simulate_run(scenario, check_run_size(args.iterations, scenario.cluster.world_size, "--iterations"))
@@ -168,6 +169,8 @@ def _run_many(scenario, args: argparse.Namespace) -> int:
         f"  updates            {run.updates}",
         f"  staleness          mean {run.staleness_mean:.2f}, max {len(hist) - 1}",
         f"  lost work          {run.lost_work_s:.6g} s, {run.lost_samples:,.0f} samples, {run.restarts} restarts",
+        "  " + stragglers_line(scenario.variability, scenario.cluster.gpu).replace(
+            "steps wait for the expected slowest rank", "each rank's speed drawn per GPU and iteration"),
     ]
     write_out("\n".join(lines) + "\n")
     return 0
