@@ -230,6 +230,13 @@ MORE = {
     # collective (predicted nccl-tests tables) and the strategy keys of the collective libraries
     "collective-maxbytes-1e300": ({}, ["collective", "-e", "1e300"], "--maxbytes", None),
     "collective-unknown-op": ({}, ["collective", "--op", "zz"], "--op", None),
+    # explain: the measurement and the variability it explains with
+    "explain-measured-negative": ({}, ["explain", "--measured-iteration-s", "-0.5"], "--measured-iteration-s", None),
+    "explain-both-measurements": ({}, ["explain", "--measured-iteration-s", "1", "--measured-samples-per-s", "10"],
+                                  "--measured-iteration-s", None),
+    "explain-gpu-cv-percent": ({}, ["explain", "--gpu-cv", "15"], "variability.gpu_cv", None),
+    "variability-not-a-mapping": ({"c.yaml": "workload: mlp\nvariability: off\n"}, ["simulate", "c.yaml"], "variability",
+                                  None),
     "collective-idle-nan": ({}, ["collective", "--idle-ms", "nan"], "--idle-ms", None),
     "strategy-framework-list": (_yaml("workload: mlp\nstrategy: {framework: [1]}\n"), ["simulate", "c.yaml"],
                                 "strategy.framework", None),
