@@ -87,6 +87,8 @@ class _Rank(RankStreams):
     """One rank's communication stream, and for traced ranks its compute stream (the fast path's,
     per rank)."""
 
+    honors_release = False  # the detailed mode starts a bucket as soon as it is handed over
+
     def __init__(self, env: simpy.Environment, rank: int, plan: IterationPlan, sync: GradientSync,
                  members: list[int], log: list[tuple[float, str]], handoffs: _Handoffs):
         super().__init__(env, plan, log)
@@ -118,7 +120,7 @@ class _Rank(RankStreams):
         for k in range(len(self.plan.buckets)):
             bucket = yield (self.ready.get() if self.traced else self.handoffs.get(k))
             start = env.now
-            self.comm_busy, self.footprint = True, self.plan.footprint(bucket.index)
+            self.comm_started(bucket)
             yield from self.sync.bucket(self.members, self.rank, bucket.n_bytes, bucket.index, self._comm_span,
                                         encoded=bool(self.plan.bucket_encode_s))
             self.comm_busy, self.footprint = False, None
@@ -147,9 +149,9 @@ class _Envelope(RankStreams):
         yield simpy.AllOf(self.env, [r.comm_done for r in self.ranks])
         self.comm_done.succeed()
 
-    def active_footprint(self):
-        """Rank 0's collective slows this compute stream as it slows rank 0's (the ranks are alike)."""
-        return self.ranks[0].active_footprint()
+    def comm_schedule(self):
+        """Rank 0's collectives slow this compute stream as they slow rank 0's (the ranks are alike)."""
+        return self.ranks[0].comm_schedule()
 
 
 def check_detailed(scenario: Scenario) -> None:

@@ -27,21 +27,6 @@ class _Iteration(RankStreams):
         self.spans.append(Span(lane, name, start, self.env.now))
         self.log.append((self.env.now, f"{lane}:{name}"))
 
-    def comm_schedule(self):
-        plan, now = self.plan, self.env.now
-        out = []
-        clock = now
-        if self.comm_busy:
-            out.append((now, self.comm_until_s, self.footprint))
-            clock = self.comm_until_s
-        for bucket in self.pending:
-            start = clock
-            if plan.bucket_release_s:
-                start = max(start, self.backward_start_s + plan.bucket_release_s[bucket.index])
-            clock = start + plan.bucket_comm_s[bucket.index]
-            out.append((start, clock, plan.footprint(bucket.index)))
-        return out
-
     def communicate(self):
         env, plan = self.env, self.plan
         for _ in plan.buckets:
@@ -51,9 +36,7 @@ class _Iteration(RankStreams):
                 if release > env.now:
                     yield env.timeout(release - env.now)
             start = env.now
-            self.pending.remove(bucket)
-            self.comm_busy, self.footprint = True, plan.footprint(bucket.index)
-            self.comm_until_s = start + plan.bucket_comm_s[bucket.index]
+            self.comm_started(bucket)
             yield env.timeout(plan.bucket_comm_s[bucket.index])
             self.comm_busy, self.footprint = False, None
             self._span("comm", f"bucket {bucket.index}", start)

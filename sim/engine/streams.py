@@ -51,49 +51,62 @@ class RankStreams:
     def communicate(self):
         raise NotImplementedError
 
-    def active_footprint(self) -> Footprint | None:
-        """The footprint of the collective in flight on this rank's GPU (the detailed mode's
-        envelope reads rank 0's)."""
-        return self.footprint if self.comm_busy else None
+    honors_release = True
+    """Whether the comm stream holds a bucket until ``plan.bucket_release_s`` (the fast path's Horovod cycle)."""
 
-    def comm_schedule(self) -> list[tuple[float, float, Footprint | None]] | None:
-        """The comm stream's collectives from now on as (start, end, footprint), or None where their
-        durations are not known in advance (the detailed mode: its flows decide them). Nothing is
-        handed over while a layer runs, so the fast path knows them: the one in flight, then the
-        pending buckets in order, each from the end of the one before (or its release)."""
-        return None
+    def comm_started(self, bucket) -> None:
+        """The comm stream starts ``bucket``'s reduction now; it ends, as the plan costs it, after
+        ``plan.bucket_comm_s`` (the detailed mode's flows may end it a little earlier or later)."""
+        if bucket in self.pending:
+            self.pending.remove(bucket)
+        self.comm_busy, self.footprint = True, self.plan.footprint(bucket.index)
+        self.comm_until_s = self.env.now + self.plan.bucket_comm_s[bucket.index]
+
+    def comm_schedule(self) -> list[tuple[float, float, Footprint | None]]:
+        """The comm stream's collectives from now on as (start, end, footprint): the one in flight,
+        then the pending buckets in order, each from the end of the one before (or its release),
+        as the plan costs them. Nothing is handed over while a layer runs, so this is the fast
+        path's exact future; the detailed mode's flows may move the ends a little."""
+        plan, now = self.plan, self.env.now
+        out = []
+        clock = now
+        if self.comm_busy:
+            end = max(self.comm_until_s, now)
+            out.append((now, end, self.footprint))
+            clock = end
+        for bucket in self.pending:
+            start = clock
+            if plan.bucket_release_s and self.honors_release:
+                start = max(start, self.backward_start_s + plan.bucket_release_s[bucket.index])
+            clock = start + plan.bucket_comm_s[bucket.index]
+            out.append((start, clock, plan.footprint(bucket.index)))
+        return out
 
     def _work(self, t: float, load: PassLoad | None) -> float:
         """A kernel's duration: its time alone, slowed while collectives run beside it
-        (sim.costs.contention: SMs held, memory bandwidth taken). Where the comm stream's schedule
-        is known (the fast path), the kernel progresses at the contended rate while a collective
-        runs and at full rate outside; otherwise the state at its start decides."""
+        (sim.costs.contention: SMs held, memory bandwidth taken): it progresses at the contended
+        rate while a collective runs (``comm_schedule``) and at full rate outside."""
         if load is None:
             return t
-        schedule = self.comm_schedule()
-        if schedule is None:
-            footprint = self.active_footprint()
-            slowed = t if footprint is None else contended_time_s(t, load, footprint)
-        else:
-            clock, work, extra = self.env.now, t, 0.0
-            for start, end, footprint in schedule:
-                if work <= 0:
-                    break
-                if footprint is None or end <= clock or start >= clock + work:  # not beside this kernel
-                    continue
-                if start > clock:  # the comm stream idles until then: full speed
-                    work -= start - clock
-                    clock = start
-                factor = contended_time_s(1.0, load, footprint)
-                if work * factor <= end - clock:
-                    extra += work * (factor - 1.0)
-                    work = 0.0
-                else:
-                    done = (end - clock) / factor
-                    extra += (end - clock) - done
-                    work -= done
-                    clock = end
-            slowed = t + extra
+        clock, work, extra = self.env.now, t, 0.0
+        for start, end, footprint in self.comm_schedule():
+            if work <= 0:
+                break
+            if footprint is None or end <= clock or start >= clock + work:  # not beside this kernel
+                continue
+            if start > clock:  # the comm stream idles until then: full speed
+                work -= start - clock
+                clock = start
+            factor = contended_time_s(1.0, load, footprint)
+            if work * factor <= end - clock:
+                extra += work * (factor - 1.0)
+                work = 0.0
+            else:
+                done = (end - clock) / factor
+                extra += (end - clock) - done
+                work -= done
+                clock = end
+        slowed = t + extra
         self.overlap_slowdown_s += slowed - t
         return slowed
 
