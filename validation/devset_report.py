@@ -98,9 +98,6 @@ gap right within a few percentage points': 3 pp per GPU count). Every gated effi
 has 'signed median within +-2 pp' (no systematic optimism): added in ``targets_of``."""
 
 KNOWN_GAPS = {
-    "horovod InceptionV3": "the documented mechanisms (Horovod 2017's fusion, WAIT_FOR_DATA, its negotiation, NCCL's "
-                           "SMs, the proxy thread copying NCCL's sockets) leave 15-35 ms per iteration unexplained at "
-                           "32-128 GPUs; the no-overlap floor fits better (docs/validation.md)",
     "chainermn2017 MXNet": "MXNet overlaps every key's push and pull with backward, so the model's parameter servers "
                            "hide behind compute up to 32 GPUs where the plot shows 53-60 %; its throughput per node "
                            "stays at 190-240 images/s from 4 GPUs on, and the node's input pipeline is not that "
