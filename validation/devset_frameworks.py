@@ -127,13 +127,18 @@ def chainermn_predictions(data_dir: Path, read) -> list:
     base = {r["framework"]: float(r["baseline_1gpu"]) for r in rows if r["metric"] == "throughput" and r["baseline_1gpu"]}
     s_bytes = grad_bytes("resnet50")
     out = []
-    cache: dict[tuple[str, int], float] = {}
+    cache: dict[tuple[str, int], tuple[float, Any, Any]] = {}
+
+    def run(framework: str, gpus: int) -> tuple[float, Any, Any]:
+        """(predicted efficiency, scenario, result): the scenario and result ride along for --explain."""
+        if (framework, gpus) not in cache:
+            scenario = chainermn_scenario(framework, gpus, base[framework])
+            result = simulate(scenario)
+            cache[(framework, gpus)] = (result.throughput_samples_per_s / (gpus * base[framework]), scenario, result)
+        return cache[(framework, gpus)]
 
     def predicted(framework: str, gpus: int) -> float:
-        if (framework, gpus) not in cache:
-            result = simulate(chainermn_scenario(framework, gpus, base[framework]))
-            cache[(framework, gpus)] = result.throughput_samples_per_s / (gpus * base[framework])
-        return cache[(framework, gpus)]
+        return run(framework, gpus)[0]
 
     for r in rows:
         framework, gpus = r["framework"], int(r["gpus"])
@@ -143,8 +148,10 @@ def chainermn_predictions(data_dir: Path, read) -> list:
         naive = naive_efficiency(t1, s_bytes, gpus, float(r["inter_node_gbps"]))
         if r["metric"] == "throughput":
             measured = _number(r["value"]) / (gpus * base[framework])
-            out.append(Prediction(f"chainermn2017 {framework}", f"{gpus} GPUs", measured, predicted(framework, gpus),
-                                  naive, "eff", gated=True, gpus=gpus))
+            eff, scenario, result = run(framework, gpus)
+            out.append(Prediction(f"chainermn2017 {framework}", f"{gpus} GPUs", measured, eff,
+                                  naive, "eff", gated=True, gpus=gpus, scenario=scenario, result=result,
+                                  measured_iteration_s=gpus * 32 / _number(r["value"])))
         elif r["metric"] == "speedup":
             out.append(Prediction(f"chainermn2017 {framework} (100-epoch speedup)", f"{gpus} GPUs",
                                   _number(r["value"]) / gpus, predicted(framework, gpus), naive, "eff", gated=False,
@@ -242,11 +249,15 @@ def horovod_docs_predictions(data_dir: Path, read) -> list:
         if model is None:
             continue
         gpus = int(r["gpus"])
-        result = simulate(horovod_scenario(model, gpus, "roce_25g", per_gpu[r["model"]]))
+        scenario = horovod_scenario(model, gpus, "roce_25g", per_gpu[r["model"]])
+        result = simulate(scenario)
         predicted = result.throughput_samples_per_s / (gpus * per_gpu[r["model"]])
         naive = naive_efficiency(64 / per_gpu[r["model"]], grad_bytes(model), gpus, float(r["inter_node_gbps"]))
-        out.append(Prediction("horovod docs RoCE 128-512", f"{r['model']} {gpus} GPUs", _number(r["value"]) / 100,
-                              predicted, naive, "eff", gated=True, gpus=gpus))
+        measured = _number(r["value"]) / 100
+        # weak scaling: efficiency = T1 / TN, so TN = one GPU's 64 images / (its images/s x efficiency)
+        out.append(Prediction("horovod docs RoCE 128-512", f"{r['model']} {gpus} GPUs", measured,
+                              predicted, naive, "eff", gated=True, gpus=gpus, scenario=scenario, result=result,
+                              measured_iteration_s=64 / (per_gpu[r["model"]] * measured)))
     return out
 
 
