@@ -14,7 +14,9 @@ Pure: an ``IterationResult`` in, a list of terms out, whose sum is the predicted
   that adds such a cost names it as a term of ``exposed_comm_terms`` (or of the per-iteration
   overhead) and lists its name in ``TERM_CATEGORIES`` as coordination: explain then shows it here;
 - waiting for stragglers: the slowest rank's extra time (sim.costs.stragglers);
-- pipeline bubble.
+- pipeline bubble;
+- waiting for input: what the node's input pipeline adds beyond the GPUs' timeline
+  (sim/costs/input_pipeline.py; 0 with synthetic data).
 
 The residual (measured - predicted) is what no term explains: the quantity to shrink.
 """
@@ -27,7 +29,7 @@ from typing import Any
 from sim.result import IterationResult
 
 CATEGORIES = ("compute", "compute slowed by overlap", "exposed communication", "coordination",
-              "waiting for stragglers", "pipeline bubble")
+              "waiting for stragglers", "pipeline bubble", "waiting for input")
 
 TERM_CATEGORIES: dict[str, str] = {
     "latency": "exposed communication",
@@ -72,6 +74,7 @@ def breakdown(result: IterationResult) -> list[Term]:
     terms.append(Term("waiting for stragglers", f"slowest of {result.world_size} ranks (compute x{result.straggler_scale:.4f})",
                       result.straggler_wait_time_s))
     terms.append(Term("pipeline bubble", "idle inside the pipeline schedule", result.bubble_time_s))
+    terms.append(Term("waiting for input", "the host's input pipeline beyond the GPUs' timeline", result.data_wait_time_s))
     return terms
 
 

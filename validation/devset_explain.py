@@ -23,7 +23,8 @@ GROUPINGS: dict[str, Callable[[Any], str]] = {
 """How the residuals are grouped: each a function of the row's scenario."""
 
 SHORT = {"compute": "compute", "compute slowed by overlap": "overlap", "exposed communication": "exposed",
-         "coordination": "coord.", "waiting for stragglers": "stragglers", "pipeline bubble": "bubble"}
+         "coordination": "coord.", "waiting for stragglers": "stragglers", "pipeline bubble": "bubble",
+         "waiting for input": "input"}
 
 
 def explained_rows(preds: list[Prediction]) -> list[dict[str, Any]]:
