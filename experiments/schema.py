@@ -22,12 +22,12 @@ def experiment_field_types() -> dict[str, dict[str, Any]]:
     the ``real:`` section a measured point carries) accepts beyond the scenario's."""
     from experiments.config import BACKENDS, CALIBRATION_KEYS, REAL_CALL_KEYS
     from real.config import BACKENDS as REAL_BACKENDS
-    from real.config import COMPRESSIONS, PIPELINE_SCHEDULES, REAL_KEYS, REAL_STRATEGIES, TOPOLOGIES
+    from real.config import COMPRESSIONS, DEVICES, PIPELINE_SCHEDULES, REAL_KEYS, REAL_STRATEGIES, TOPOLOGIES
 
     real = {"iterations": INT_POS, "warmup": INT_NONNEG, "timeout_s": NUM_POS,
             "link": {"oneOf": [STRING, {"type": "object"}]}, "topology": {"enum": list(TOPOLOGIES)},
             "strategy": {"enum": list(REAL_STRATEGIES)}, "compression": {"enum": list(COMPRESSIONS)},
-            "backend": {"enum": list(REAL_BACKENDS)}, "lr": NUM_POS, "threads": INT_NONNEG, "baseline": BOOL,
+            "backend": {"enum": list(REAL_BACKENDS)}, "device": {"enum": list(DEVICES)}, "lr": NUM_POS, "threads": INT_NONNEG, "baseline": BOOL,
             "microbatches": INT_POS, "schedule": {"enum": list(PIPELINE_SCHEDULES)},
             "fault": {"type": "object", "required": ["rank", "iteration"]}}
     assert set(real) == {*REAL_CALL_KEYS, *REAL_KEYS}

@@ -38,10 +38,11 @@ def main(argv: list[str] | None = None) -> int:
             check_row_path("--out", args.out)
         if args.comm:
             from real.bench_comm import COLLECTIVES
+            from real.config import resolve_device
 
             job = {"kind": "comm", "collectives": args.collectives or list(COLLECTIVES), "max_bytes": args.max_bytes,
                    "min_bytes": 1024, "iterations": args.iterations, "warmup": args.warmup,
-                   "backend": args.backend or "gloo"}
+                   "backend": args.backend or "gloo", "device": resolve_device({"device": args.device}, args.backend or "gloo", "--device")}
             spec = None
         else:
             from real.config import real_scenario
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             spec["cluster"]["gpus_per_node"] = local_world
             scenario, options = real_scenario(spec)
             job = job_for(spec, options, args.iterations, args.warmup)
+            if args.profile:  # every rank steps; rank 0 records and writes it (real/profiled.py)
+                job["profile"] = str(Path(args.profile).resolve())
     except ConfigError as err:
         print(f"python -m real: error: {err}", file=sys.stderr)
         return 2
@@ -72,7 +75,8 @@ def _report(args: argparse.Namespace, spec: dict | None, raw_path: Path) -> None
 
     raw = json.loads(raw_path.read_text(encoding="utf-8"))
     if spec is None:
-        env = environment_columns(backend=args.backend or "gloo", link=None, topology="shared", threads=None)
+        env = environment_columns(backend=args.backend or "gloo", link=None, topology="shared", threads=None,
+                                  device=args.device)
         from real.bench_comm import format_comm_table
 
         rows = [{**r, **env, "source": "real"} for r in raw["rows"] if "time_s" in r]

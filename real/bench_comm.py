@@ -159,14 +159,15 @@ def run_comm_bench(ctx) -> dict[str, Any]:
 def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 64 * KIB * KIB,
                         min_bytes: int = KIB, backend: str = "gloo", iterations: int = 20, warmup: int = 3,
                         timeout_s: float = 60, link: str | None = None, topology: str = "shared",
-                        min_time_s: float = 0.0, max_iterations: int = 0, busy_s: float = 0.0) -> list[dict]:
+                        min_time_s: float = 0.0, max_iterations: int = 0, busy_s: float = 0.0,
+                        device: str | None = None) -> list[dict]:
+    """Rows of the collectives at each size on ``nproc`` ranks. One rank is allowed, as nccl-tests
+    allows one GPU: the library's own floor (launch, a local copy), busbw 0 by nccl-tests' factors."""
     from real.launch import launch
     from real.results import environment_columns
     from sim.errors import ConfigError, require_positive
 
     require_positive("--gpus", nproc, integer=True)
-    if nproc < 2:
-        raise ConfigError("--gpus", nproc, "at least 2 ranks for a collective benchmark")
     for name in collectives:
         if name not in COLLECTIVES:
             raise ConfigError("--collectives", name, COLLECTIVES)
@@ -180,15 +181,22 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
 
     require_choice("--backend", backend, BACKENDS)
     if backend == "nccl":
-        from real.config import _cuda_device_name
+        from real.config import cuda_device_count
 
-        if not _cuda_device_name():
+        devices = cuda_device_count()
+        if not devices:
             raise ConfigError("--backend", backend, "gloo here (nccl needs CUDA devices)")
+        if devices < nproc:  # NCCL refuses two ranks on one device
+            raise ConfigError("--gpus", nproc, f"at most {devices} with nccl (one CUDA device per rank; gloo with "
+                              "--device cuda lets ranks share one)")
+    from real.config import resolve_device
+
+    device = resolve_device({"device": device}, backend, "--device")
     check_run_options(iterations=iterations, warmup=warmup, timeout_s=timeout_s, link=link, topology=topology,
                       min_time_s=min_time_s, max_iterations=max_iterations)
     job = {"kind": "comm", "collectives": list(collectives), "max_bytes": max_bytes, "min_bytes": min_bytes,
            "iterations": iterations, "warmup": warmup, "min_time_s": min_time_s, "max_iterations": max_iterations,
-           "backend": backend, "link": link, "topology": topology, "busy_s": busy_s}
+           "backend": backend, "device": device, "link": link, "topology": topology, "busy_s": busy_s}
     deadline_s = timeout_s * 3 + 60 + len(collectives) * 60
     if link:
         from real.netem import Namespace
@@ -200,7 +208,8 @@ def measure_collectives(nproc: int, collectives: list[str], *, max_bytes: int = 
     from real.steal import steal_columns
 
     env = {**environment_columns(backend=backend, link=link, topology=topology, threads=None,
-                                     cpu_binding=raw.get("cpu_binding")), **steal_columns(raw)}
+                                     cpu_binding=raw.get("cpu_binding"), device=device),
+           "device": device, **steal_columns(raw)}
     return [{**row, **env, "source": "real"} for row in raw["rows"] if "time_s" in row] + \
            [{**row, **env, "wrong": -1} for row in raw["rows"] if "error" in row]
 

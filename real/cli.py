@@ -20,7 +20,7 @@ DEFAULT_OUT_DIR = "results/real"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The scenario flags that apply to a measurement (sim.flags) and the harness' own."""
-    from real.config import BACKENDS, LINKS, REAL_STRATEGIES, TOPOLOGIES
+    from real.config import BACKENDS, DEVICES, LINKS, REAL_STRATEGIES, TOPOLOGIES
 
     add_scenario_arguments(parser, "real")
     g = parser.add_argument_group("real harness")
@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     if "real" not in SCENARIO_FLAGS.get("backend", ("", "", str, "", ()))[-1]:  # unless the scenario's serves both
         g.add_argument("--backend", metavar="NAME", help=f"process-group backend: {', '.join(BACKENDS)} "
                        "(gloo on CPU, the default; nccl: one CUDA device per local rank)")
+    g.add_argument("--device", choices=DEVICES,
+                   help="where the ranks compute: cpu (default with gloo) or cuda (CUDA device LOCAL_RANK modulo "
+                        "the devices there are: several gloo ranks may share one GPU; the default with nccl)")
     g.add_argument("--lr", type=float, metavar="FLOAT", help="learning rate (default 0.01)")
     g.add_argument("--threads", type=int, metavar="INT", help="torch threads per rank (default: cores / ranks)")
     g.add_argument("--link", metavar="RATE", help=f"emulate a link in a network namespace (root, tc): {', '.join(LINKS)} "
@@ -46,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="table (default), csv or json on standard output")
     g.add_argument("--trace", metavar="FILE.json", help="also record one iteration's phases on every rank and write "
                    "them as a Chrome/Perfetto timeline (the format of simulate --trace)")
+    g.add_argument("--profile", metavar="TRACE.json",
+                   help="also profile rank 0's next iterations with torch.profiler (CPU ops and, on CUDA, kernels; "
+                        "with_stack) and write the Chrome trace: `scalebench layers MODEL --profile TRACE.json` "
+                        "turns it into measured per-layer times")
     g.add_argument("--comm", action="store_true", help="collective microbenchmarks (nccl-tests style) instead of training")
     g.add_argument("--collectives", nargs="+", metavar="NAME",
                    help="with --comm: which collectives (default: all of real/bench_comm.py's COLLECTIVES)")
@@ -54,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
 
 
-REAL_FLAGS = ("real_strategy", "backend", "lr", "threads")
+REAL_FLAGS = ("real_strategy", "backend", "device", "lr", "threads")
 """Flags that go to the spec's real: section (the harness' options); --schedule, --micro-batches and
 --codec are the scenario's and reach the harness through it (real.config.defaults_from_strategy)."""
 

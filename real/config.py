@@ -13,6 +13,9 @@ from sim.config import Scenario, scenario_from_dict
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
 
 BACKENDS = ("gloo", "nccl")
+DEVICES = ("cpu", "cuda")
+"""Where a rank's model, batches and gradients live: the CPU, or CUDA device LOCAL_RANK modulo the
+devices this machine has (ranks beyond the device count share them, e.g. 4 gloo ranks on one GPU)."""
 REAL_STRATEGIES = ("ddp", "ps_sync", "ps_async", "pipeline")
 COMPRESSIONS = ("none", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8")
 PIPELINE_SCHEDULES = ("gpipe", "1f1b")
@@ -21,7 +24,7 @@ LINKS = ("100mbit", "1gbit", "10gbit")
 TOPOLOGIES = ("shared", "per_link")
 
 REAL_KEYS = (
-    "strategy", "compression", "backend", "lr", "threads", "baseline", "microbatches",
+    "strategy", "compression", "backend", "device", "lr", "threads", "baseline", "microbatches",
     "schedule", "fault",
 )
 
@@ -33,6 +36,9 @@ class RealOptions:
     compression: str = "none"
     """Gradient format on the wire (DDP communication hook); none = fp32."""
     backend: str = "gloo"
+    device: str = "cpu"
+    """cpu | cuda: where the ranks compute (nccl: cuda; gloo: cpu unless asked, and gloo then moves
+    CUDA tensors through host memory itself)."""
     lr: float = 0.01
     threads: int = 0
     """torch threads per rank; 0 = the machine's cores divided among the ranks."""
@@ -62,10 +68,12 @@ def real_options_from_dict(spec: dict[str, Any] | None, scenario: Scenario) -> R
     if fault is not None and (not isinstance(fault, dict) or not {"rank", "iteration"} <= set(fault)
                               or fault.get("mode", "kill") not in ("kill", "hang")):
         raise ConfigError("real.fault", fault, "{rank: R, iteration: I, mode: kill|hang}")
+    backend = require_choice("real.backend", spec.get("backend", "gloo"), BACKENDS)
     options = RealOptions(
         strategy=strategy,
         compression=compression,
-        backend=require_choice("real.backend", spec.get("backend", "gloo"), BACKENDS),
+        backend=backend,
+        device=resolve_device(spec, backend),
         lr=float(require_positive("real.lr", spec.get("lr", 0.01))),
         threads=require_positive("real.threads", spec.get("threads", 0), integer=True, allow_zero=True),
         baseline=bool(spec.get("baseline", True)),
@@ -140,12 +148,43 @@ def _require_float8(compression: str) -> None:
         raise ConfigError("real.compression", compression, f"a format this torch {torch.__version__} has (no torch.{attr})")
 
 
-def _check_against_scenario(options: RealOptions, scenario: Scenario) -> None:
+def resolve_device(spec: dict[str, Any], backend: str, field: str = "real.device") -> str:
+    """``real.device``, checked: NCCL moves CUDA tensors only; cuda needs a CUDA device here."""
+    device = require_choice(field, spec.get("device") or ("cuda" if backend == "nccl" else "cpu"), DEVICES)
+    if backend == "nccl" and device != "cuda":
+        raise ConfigError(field, device, "cuda with backend nccl (NCCL moves CUDA tensors only)")
+    if device == "cuda" and backend != "nccl" and not cuda_device_count():  # nccl: checked per local rank below
+        raise ConfigError(field, device, "cpu here (torch sees no CUDA device)")
+    return device
+
+
+def cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _on_cuda(spec: dict[str, Any]) -> bool:
+    """Whether a spec's ranks compute on CUDA devices (real.backend nccl or real.device cuda)."""
+    real = spec.get("real")
+    return isinstance(real, dict) and (real.get("backend") == "nccl" or real.get("device") == "cuda")
+
+
+def runnable_models(on_cuda: bool) -> list[str]:
+    """The models the harness trains: on CUDA devices every model of real.models; on the CPU the
+    CPU-sized ones (a ResNet-50 step takes seconds per sample on a 2-core machine)."""
     from real.models import MODELS
 
+    return sorted(n for n, m in MODELS.items() if on_cuda or m.cpu_sized)
+
+
+def _check_against_scenario(options: RealOptions, scenario: Scenario) -> None:
     name = scenario.workload.name
-    if name not in MODELS or not MODELS[name].cpu_sized:
-        raise ConfigError("workload.model", name, sorted(n for n, m in MODELS.items() if m.cpu_sized))
+    allowed = runnable_models(options.device == "cuda")
+    if name not in allowed:
+        raise ConfigError("workload.model", name, allowed)
     world = scenario.cluster.world_size
     if options.strategy == "pipeline":
         from sim.costs.pipeline import layer_unit
@@ -163,10 +202,8 @@ def _check_against_scenario(options: RealOptions, scenario: Scenario) -> None:
     if options.backend == "nccl":
         if options.strategy != "ddp":
             raise ConfigError("real.backend", "nccl", f"gloo with strategy {options.strategy} (NCCL runs ddp only)")
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if gpus < scenario.cluster.gpus_per_node:
+        gpus = cuda_device_count()
+        if gpus < scenario.cluster.gpus_per_node:  # NCCL refuses two ranks on one device ("Duplicate GPU detected")
             raise ConfigError("real.backend", "nccl", f"gloo here: NCCL needs one CUDA device per local rank "
                                                       f"({scenario.cluster.gpus_per_node} ranks, {gpus} devices)")
     if options.compression != "none" and options.strategy != "ddp":
@@ -180,13 +217,15 @@ CPU_DEVICES = (LOCAL_CPU, "cpu_local")
 calibrate` measures (real/calibrate.py DEVICE_NAME)."""
 
 
-def measured_labels(backend: str, link: str | None, cuda_device: str = "", *, one_machine: bool = True) -> dict[str, str]:
-    """The columns of a measured row that say what ran: the device (this machine's CPU under gloo,
-    the CUDA device's name under NCCL) and the links (this machine's loopback, or the rate
-    emulated on it; across machines under torchrun, their network), whatever the scenario's
-    cluster names (its gpu and links are the simulator's, e.g. beside a simulated point of a
-    ``backend: both`` sweep)."""
-    gpu = (cuda_device or "cuda") if backend == "nccl" else LOCAL_CPU
+def measured_labels(backend: str, link: str | None, cuda_device: str = "", *, one_machine: bool = True,
+                    device: str | None = None) -> dict[str, str]:
+    """The columns of a measured row that say what ran: the device (this machine's CPU, or the
+    CUDA device's name under NCCL or ``real.device: cuda``) and the links (this machine's loopback,
+    or the rate emulated on it; across machines under torchrun, their network), whatever the
+    scenario's cluster names (its gpu and links are the simulator's, e.g. beside a simulated point
+    of a ``backend: both`` sweep)."""
+    on_cuda = (device or ("cuda" if backend == "nccl" else "cpu")) == "cuda"
+    gpu = (cuda_device or "cuda") if on_cuda else LOCAL_CPU
     intra = "nccl local" if backend == "nccl" else (link or "loopback")
     inter = intra if one_machine else f"{backend} over the machines' network"
     return {"gpu": gpu, "intra_link": intra, "inter_link": inter}
@@ -196,15 +235,13 @@ def check_measured_labels(spec: dict[str, Any]) -> None:
     """``scalebench real``'s cluster is what it measures: refuse a gpu or a link it does not run on
     (a CPU loopback run labelled H100 over NDR), naming what it runs on instead."""
     cluster = spec.get("cluster")
-    real = spec.get("real")
     if not isinstance(cluster, dict):
         return  # real_scenario names the error
-    backend = real.get("backend", "gloo") if isinstance(real, dict) else "gloo"
     gpu = cluster.get("gpu")
-    if gpu is not None and backend == "gloo" and gpu not in CPU_DEVICES:
-        raise ConfigError("cluster.gpu", gpu, f"{' or '.join(CPU_DEVICES)} with backend gloo: the harness measures "
-                          "this machine's CPU (leave --gpu out; --backend nccl runs on CUDA devices)")
-    if gpu is not None and backend == "nccl" and isinstance(gpu, str):
+    if gpu is not None and not _on_cuda(spec) and gpu not in CPU_DEVICES:
+        raise ConfigError("cluster.gpu", gpu, f"{' or '.join(CPU_DEVICES)} on the CPU: the harness measures "
+                          "this machine's CPU (leave --gpu out; --backend nccl or --device cuda run on CUDA devices)")
+    if gpu is not None and _on_cuda(spec) and isinstance(gpu, str):
         device = _cuda_device_name()
         if device and gpu.lower() not in device.lower():
             raise ConfigError("cluster.gpu", gpu, f"the GPU this machine has ({device}), or leave --gpu out")
@@ -227,31 +264,25 @@ def real_scenario(spec: dict[str, Any]) -> tuple[Scenario, RealOptions]:
     """Validate a scenario dict with a ``real:`` section; models only torch knows get a layer table."""
     if not isinstance(spec, dict):
         raise ConfigError("config", type(spec).__name__, "a mapping (workload, cluster, strategy, real)")
-    _check_model(spec.get("workload"))
+    _check_model(spec.get("workload"), _on_cuda(spec))
     spec = _with_layer_table(spec)
     cluster = spec.get("cluster")
     if isinstance(cluster, dict) and "gpus" in cluster and not {"gpus_per_node", "nodes"} & set(cluster):
         cluster = {**cluster, "gpus_per_node": cluster["gpus"]}  # one machine holds every rank
         spec = {**spec, "cluster": cluster}
-    if isinstance(cluster, dict) and "gpu" not in cluster and _backend(spec) == "gloo":
-        spec = {**spec, "cluster": {**cluster, "gpu": LOCAL_CPU}}  # what gloo ranks run on
+    if isinstance(cluster, dict) and "gpu" not in cluster and not _on_cuda(spec):
+        spec = {**spec, "cluster": {**cluster, "gpu": LOCAL_CPU}}  # what CPU ranks run on
     scenario = scenario_from_dict(spec, extra_keys=("real",))
     return scenario, real_options_from_dict(spec.get("real"), scenario)
 
 
-def _backend(spec: dict[str, Any]) -> Any:
-    real = spec.get("real")
-    return real.get("backend", "gloo") if isinstance(real, dict) else "gloo"
-
-
-def _check_model(workload: Any) -> None:
-    from real.models import MODELS
-
+def _check_model(workload: Any, on_cuda: bool = False) -> None:
     name = workload.get("model") if isinstance(workload, dict) else workload
     if isinstance(workload, dict) and "layers" in workload:
         return
-    if name not in MODELS or not MODELS[name].cpu_sized:
-        raise ConfigError("workload.model", name, sorted(n for n, m in MODELS.items() if m.cpu_sized))
+    allowed = runnable_models(on_cuda)
+    if name not in allowed:
+        raise ConfigError("workload.model", name, allowed)
 
 
 def _with_layer_table(spec: dict[str, Any]) -> dict[str, Any]:

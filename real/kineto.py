@@ -6,7 +6,8 @@ step.json`` turns the trace into the table's ``fwd_time_s`` and ``bwd_time_s`` (
 steps in the trace, at the batch the steps ran). How events become layer times:
 - the model's module calls are the trace's ``nn.Module: <Class>_<k>`` python events (torch names a
   class's instances by first call, as real.derive numbers them); ``record_function`` ranges named
-  after a row's module (its qualified name) work as well. A step is one call of the root module;
+  after a row's module (its qualified name) and one named after the root's label work as well
+  (real/gpucheck/compute.py profiles so, without with_stack). A step is one call of the root module;
 - a forward op (a top-level ``cpu_op`` inside a root call) belongs to the innermost row module
   around it; ops a row's parent runs between rows (a residual add, an activation, pooling) belong
   to the row that ran last before them, the first ones to the first row;
@@ -66,12 +67,24 @@ class ProfileTimes:
                 f"(loss, optimizer, ...) {self.other_s * 1e3:.4g} ms per step")
 
 
-def _events(path: str | Path) -> list[dict]:
+def _load(path: str | Path) -> Any:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise ConfigError("--profile", str(path), f"a Chrome trace JSON written by torch.profiler "
                           f"({getattr(err, 'strerror', None) or type(err).__name__})") from None
+
+
+def trace_metadata(path: str | Path) -> dict[str, Any]:
+    """What ``scalebench real --profile`` wrote beside the events (real/profiled.py: model,
+    batch_size, steps, world_size, device); empty for a trace made elsewhere."""
+    data = _load(path)
+    meta = data.get("scalebench") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _events(path: str | Path) -> list[dict]:
+    data = _load(path)
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ConfigError("--profile", str(path), "a Chrome trace JSON (an object with traceEvents, or a list)")
@@ -108,7 +121,7 @@ def layer_times_from_trace(path: str | Path, derived: Derived) -> ProfileTimes:
         cat, name = e.get("cat"), str(e.get("name", ""))
         if cat == "python_function" and name.startswith(MODULE_PREFIX):
             modules.append((_span(e), name[len(MODULE_PREFIX):]))
-        elif cat == "user_annotation" and name in derived.modules:
+        elif cat == "user_annotation" and (name in derived.modules or name == derived.root):
             modules.append((_span(e), name))
         elif cat == "cpu_op":
             ops.append(_span(e))

@@ -36,21 +36,24 @@ def job_for(spec: dict[str, Any], options, iterations: int, warmup: int, *, min_
             max_iterations: int = 0) -> dict[str, Any]:
     kind = "ps_async" if options.strategy == "ps_async" else "train"
     return {"kind": kind, "spec": spec, "iterations": iterations, "warmup": warmup, "min_time_s": min_time_s,
-            "max_iterations": max_iterations, "backend": options.backend, "threads": options.threads}
+            "max_iterations": max_iterations, "backend": options.backend, "device": options.device,
+            "threads": options.threads}
 
 
 def measure_point(spec: dict, *, iterations: int = 20, warmup: int = 3, timeout_s: float = 60,
                   link: str | None = None, topology: str = "shared", min_time_s: float = 0.0,
-                  max_iterations: int = 0, trace_path: str | None = None) -> dict:
+                  max_iterations: int = 0, trace_path: str | None = None, profile_path: str | None = None) -> dict:
     """Run ``spec`` (a scenario dict, optionally with a ``real:`` section) and return its row.
 
     Each timed phase runs at least ``iterations`` repetitions and, with ``min_time_s``, as many
     more as fill that time (at most ``max_iterations``; real/timing.py). With ``trace_path``, one
     more iteration is recorded phase by phase and written there as a timeline (sim/trace.py's
-    format, real/phases.py)."""
+    format, real/phases.py). With ``profile_path``, rank 0's next iterations are recorded with
+    torch.profiler and the Chrome trace written there (real/profiled.py)."""
     scenario, options, raw = run_spec(spec, iterations=iterations, warmup=warmup, timeout_s=timeout_s,
                                       link=link, topology=topology, min_time_s=min_time_s,
-                                      max_iterations=max_iterations, trace=trace_path is not None)
+                                      max_iterations=max_iterations, trace=trace_path is not None,
+                                      profile_path=profile_path)
     row = row_from_raw(scenario, options, raw, iterations=iterations, warmup=warmup, link=link, topology=topology)
     if trace_path is not None:
         from sim.fileio import atomic_write_json
@@ -84,10 +87,11 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
     row = {**scenario_columns(scenario), **metrics_from_ranks(raw, scenario.workload.batch_size)}
     timed = len(raw["ranks"][0].get("iteration", [])) or iterations
     row.update({"source": "real", "real_strategy": options.strategy, "compression": options.compression,
-                "iterations": timed, "warmup": warmup})
+                "device": options.device, "iterations": timed, "warmup": warmup})
     row.update(environment_columns(backend=options.backend, link=link, topology=topology, threads=raw.get("threads"),
-                                   cpu_binding=raw.get("cpu_binding")))
-    row.update(measured_labels(options.backend, link, row.get("gpu_model", ""), one_machine=one_machine))  # what ran, not the scenario's names
+                                   cpu_binding=raw.get("cpu_binding"), device=options.device))
+    row.update(measured_labels(options.backend, link, row.get("gpu_model", ""), one_machine=one_machine,
+                               device=options.device))  # what ran, not the scenario's names
     row.update(steal_columns(raw))
     row.update(load_columns(raw))
     return row
@@ -122,7 +126,8 @@ def check_run_options(*, iterations: Any, warmup: Any, timeout_s: Any, link: Any
 
 def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link: str | None = None,
              topology: str = "shared", min_time_s: float = 0.0,
-             max_iterations: int = 0, trace: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+             max_iterations: int = 0, trace: bool = False,
+             profile_path: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
     """Validate, launch and return (scenario, options, rank 0's gathered per-rank data)."""
     check_run_options(iterations=iterations, warmup=warmup, timeout_s=timeout_s, link=link, topology=topology,
                       min_time_s=min_time_s, max_iterations=max_iterations)
@@ -143,6 +148,15 @@ def run_spec(spec: dict, *, iterations: int, warmup: int, timeout_s: float, link
         if options.strategy == "ps_async":
             raise ConfigError("--trace", "ps_async", "a synchronous strategy (ddp, ps_sync, pipeline)")
         job["trace"] = True
+    if profile_path is not None:
+        if options.strategy == "ps_async":
+            raise ConfigError("--profile", "ps_async", "a synchronous strategy (ddp, ps_sync, pipeline)")
+        from pathlib import Path
+
+        from sim.fileio import check_writable
+
+        check_writable("--profile", profile_path)  # before measuring: the ranks write it at the end
+        job["profile"] = str(Path(profile_path).resolve())
     deadline_s = training_deadline_s(timeout_s, warmup, max(iterations, max_iterations))
     from real.launch import launch
 

@@ -95,14 +95,16 @@ def git_revision() -> str:
 
 
 def environment_columns(*, backend: str, link: str | None, topology: str, threads: int | None,
-                        cpu_binding: str | None = None) -> dict[str, Any]:
+                        cpu_binding: str | None = None, device: str | None = None) -> dict[str, Any]:
     """The columns that say where and how a row was measured; ``cpu_binding`` is the ranks' CPUs
-    as the launch reported them (real/binding.py; "" where not known, e.g. under torchrun)."""
+    as the launch reported them (real/binding.py; "" where not known, e.g. under torchrun);
+    ``device``: where the ranks computed (real.config.DEVICES; None: what the backend implies)."""
     import os
 
     import torch
 
-    gpu = torch.cuda.get_device_name(0) if backend == "nccl" and torch.cuda.is_available() else ""
+    on_cuda = (device or ("cuda" if backend == "nccl" else "cpu")) == "cuda"
+    gpu = torch.cuda.get_device_name(0) if on_cuda and torch.cuda.is_available() else ""
     return {
         "torch_version": torch.__version__,
         "backend": backend,
@@ -125,7 +127,10 @@ def default_row_path(row: dict[str, Any], root: str | Path = "results/real") -> 
 
     keys = ("scenario", "model", "batch_size", "world_size", "strategy", "collective", "ps_servers", "bucket_mib",
             "overlap", "precision", "real_strategy", "compression", "backend", "link", "topology")
-    ident = hashlib.sha256(json.dumps({k: row.get(k) for k in keys}, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    config = {k: row.get(k) for k in keys}
+    if row.get("device") == "cuda":  # gloo ranks on CUDA tensors: another file than the CPU's (CPU rows keep their ids)
+        config["device"] = "cuda"
+    ident = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:8]
     return Path(root) / f"{row['model']}-{row['real_strategy']}-{row['world_size']}-{ident}.csv"
 
 

@@ -82,11 +82,25 @@ class Context:
 
     @property
     def device(self):
+        """The job's ``device`` (real.config.DEVICES; NCCL's default is cuda): CUDA device
+        LOCAL_RANK modulo the devices there are, so that ranks beyond the count share them."""
         import torch
 
-        if self.job.get("backend") == "nccl":
-            return torch.device("cuda", self.local_rank)
+        if job_device(self.job) == "cuda":
+            return torch.device("cuda", self.local_rank % max(1, torch.cuda.device_count()))
         return torch.device("cpu")
+
+
+def job_device(job: dict[str, Any]) -> str:
+    return str(job.get("device") or ("cuda" if job.get("backend") == "nccl" else "cpu"))
+
+
+NCCL_PROCESS_GROUP = "cpu:gloo,cuda:nccl"
+"""The process group of an NCCL job: NCCL for CUDA tensors (what is measured), gloo for the CPU
+tensors of the harness' own bookkeeping (agreeing on repetition counts, the baseline's flags, the
+gathered timings), which a plain "nccl" group refuses ("No backend type associated with device
+type cpu"). torch.distributed.init_process_group's documentation: backend may be a list of
+device:backend pairs, e.g. "cpu:gloo,cuda:nccl"."""
 
 
 def _start_watchdog(ctx: Context, alive_file: Path | None, parent_pid: int | None) -> None:
@@ -148,12 +162,12 @@ def run_job(job: dict[str, Any]) -> int:
         warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.distributed")
         torch.set_num_threads(_threads(ctx))
         backend = job.get("backend", "gloo")
-        if backend == "nccl":
-            torch.cuda.set_device(ctx.local_rank)
+        if ctx.device.type == "cuda":
+            torch.cuda.set_device(ctx.device)
         _preload(job["kind"])  # imports count as start-up, not as a step that made no progress
         if job["kind"] != "ps_async":  # rpc brings its own rendezvous
-            dist.init_process_group(backend, rank=ctx.rank, world_size=ctx.world,
-                                    timeout=timedelta(seconds=ctx.timeout_s + WATCHDOG_GRACE_S))
+            dist.init_process_group(NCCL_PROCESS_GROUP if backend == "nccl" else backend, rank=ctx.rank,
+                                    world_size=ctx.world, timeout=timedelta(seconds=ctx.timeout_s + WATCHDOG_GRACE_S))
         ctx.join()
         if job.get("link") and job.get("topology") == "per_link" and dist.is_initialized():
             _shape_per_link(ctx)

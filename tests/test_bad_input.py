@@ -227,6 +227,8 @@ MORE = {
     "real-out-suffix": ({}, ["real", "--out", "row.txt"], "--out", _real),
     "real-comm-max-bytes-huge": ({}, ["real", "--comm", "--max-bytes", "100000000000"], "--max-bytes", _real),
     "real-bench-out-csv": ({}, ["real", "--bench", "--out", "b.csv"], "--out", _real),
+    "real-nccl-on-cpu": ({}, ["real", "--backend", "nccl", "--device", "cpu"], "real.device", _real),
+    "real-comm-profile": ({}, ["real", "--comm", "--profile", "t.json"], "--profile", _real),
     # collective (predicted nccl-tests tables) and the strategy keys of the collective libraries
     "collective-maxbytes-1e300": ({}, ["collective", "-e", "1e300"], "--maxbytes", None),
     "collective-unknown-op": ({}, ["collective", "--op", "zz"], "--op", None),

@@ -69,3 +69,48 @@ def test_an_nccl_run_gets_the_strategys_algorithm_protocol_and_socket_settings()
     assert {k: ranks[k] for k in env} == env
     assert (ranks["RANK"], ranks["WORLD_SIZE"], ranks["MASTER_PORT"]) == ("3", "4", "12345")
     assert rank_environment({}, 0, 2, 1).get("NCCL_ALGO") == os.environ.get("NCCL_ALGO")  # a job without env
+
+
+# -- ranks on CUDA devices (issue 30) --------------------------------------------------------------
+
+def test_where_ranks_compute_follows_the_backend_unless_asked():
+    from real.config import resolve_device
+    from real.worker import NCCL_PROCESS_GROUP, job_device
+
+    assert job_device({"backend": "nccl"}) == "cuda" and job_device({"backend": "gloo"}) == "cpu"
+    assert job_device({"backend": "gloo", "device": "cuda"}) == "cuda"
+    assert resolve_device({}, "gloo") == "cpu"
+    # NCCL's CUDA tensors and the harness' CPU bookkeeping, each on its backend (torch's device:backend list)
+    assert NCCL_PROCESS_GROUP == "cpu:gloo,cuda:nccl"
+    with pytest.raises(ConfigError, match="real.device.*cuda with backend nccl"):
+        resolve_device({"device": "cpu"}, "nccl")
+    with pytest.raises(ConfigError, match="real.device"):
+        resolve_device({"device": "tpu"}, "gloo")
+
+
+def test_cuda_ranks_here_are_refused_and_large_models_need_a_gpu():
+    import torch
+
+    from real.config import runnable_models
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ConfigError, match="real.device.*cpu here"):
+        real_scenario(spec({}, {"device": "cuda"}))
+    assert "resnet50" in runnable_models(True) and "resnet50" not in runnable_models(False)
+    with pytest.raises(ConfigError, match="workload.model"):
+        real_scenario({**spec({}), "workload": {"model": "resnet50"}})
+
+
+def test_the_hooks_make_their_buffers_on_the_buckets_device():
+    """The fp8/int8 path's gather buffer and its fp32 sum live where the bucket lives (on the CPU
+    they did anyway: checked on the meta device, which no CPU default can satisfy)."""
+    import torch
+
+    from real.strategies.hooks import FORMATS, allgather_decode, allgather_encode
+
+    bucket = torch.empty(10, device="meta")
+    payload, gathered, n_q = allgather_encode(bucket, FORMATS["fp8_e4m3"], 2)
+    assert payload.device.type == gathered.device.type == "meta"
+    assert gathered.numel() == 2 * (10 + 4) and n_q == 10  # one byte per element, the 4-byte scale appended
+    assert allgather_decode(bucket, gathered, n_q, FORMATS["fp8_e4m3"], 2).device.type == "meta"

@@ -8,7 +8,8 @@ Phases on every rank (each timed iteration starts after a barrier, which is not 
 2. compute-only: all ranks at once run the same iteration without communication (co-located
    ranks share the cores exactly as in the real run);
 3. the strategy's real iteration, warm-up excluded (then, with the job's ``trace``, one more
-   iteration recorded phase by phase: real/phases.py);
+   iteration recorded phase by phase: real/phases.py; with its ``profile``, two more that rank 0
+   records with torch.profiler: real/profiled.py);
 4. communication-only: the strategy's gradient reduction replayed without compute (DDP buckets).
 Per-rank lists of seconds go to rank 0, which keeps, per iteration, the slowest rank.
 """
@@ -100,6 +101,11 @@ def run_training(ctx) -> dict[str, Any]:
 
         x, y = batches[0]
         out["trace"] = traced_iteration(ctx, trainer, x, y, job.get("backend", "gloo"), options.strategy)
+    if job.get("profile"):
+        from real.profiled import profiled_iterations
+
+        ctx.phase = "profiled iterations"
+        out.update(profiled_iterations(ctx, trainer, batches, job["profile"], scenario.workload.name, batch))
     if hasattr(trainer, "bucket_sizes_bytes"):
         sizes = trainer.bucket_sizes_bytes()
         out["bucket_bytes"] = sizes

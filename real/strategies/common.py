@@ -39,6 +39,19 @@ class StepTimes:
         return self.forward_s + self.backward_s + self.optimizer_s
 
 
+def device_clock(device: torch.device):
+    """A clock for phases of work on ``device``: on CUDA it waits for the device's queued work
+    first (kernels run asynchronously: without it a forward 'takes' its launch time, and its
+    kernels land in whichever phase synchronizes next)."""
+    if device.type == "cuda":
+        def clock() -> float:
+            torch.cuda.synchronize(device)
+            return time.perf_counter()
+
+        return clock
+    return time.perf_counter
+
+
 class LocalTrainer:
     """The same model, loss and optimizer with no communication: the compute-only iteration."""
 
@@ -46,16 +59,18 @@ class LocalTrainer:
         self.model = copy.deepcopy(model)
         self.loss = loss_fn(name)
         self.opt = make_optimizer(self.model.parameters(), optimizer, lr)
+        first = next(self.model.parameters(), None)
+        self.clock = device_clock(first.device if first is not None else torch.device("cpu"))
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> StepTimes:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         self.opt.zero_grad(set_to_none=True)
         loss = self.loss(self.model(x), y)
-        t1 = time.perf_counter()
+        t1 = self.clock()
         loss.backward()
-        t2 = time.perf_counter()
+        t2 = self.clock()
         self.opt.step()
-        t3 = time.perf_counter()
+        t3 = self.clock()
         return StepTimes(t1 - t0, t2 - t1, t3 - t2)
 
 

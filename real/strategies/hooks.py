@@ -1,4 +1,5 @@
-"""Gradient compression as DDP communication hooks, written for gloo/CPU.
+"""Gradient compression as DDP communication hooks, written for gloo/CPU; every buffer is made on
+the bucket's device, so the same hooks run on CUDA tensors (NCCL, or gloo with ``real.device: cuda``).
 
 torch's own hooks mostly fail here (../shared/DESIGN.md: bf16_compress_hook demands NCCL, the
 quantization hooks raise IndexError, PowerSGD hangs), and gloo rejects float8 tensors in every
@@ -97,7 +98,7 @@ def allgather_encode(buffer: torch.Tensor, fmt: Format, world: int) -> tuple[tor
     """Scale, encode, append the scale's bytes; allocate the gather buffer: (payload, gathered, n_q)."""
     q, scale = _encode(buffer, fmt)
     payload = torch.cat([q.reshape(-1).view(torch.uint8), scale.view(torch.uint8)])
-    gathered = torch.empty(world * payload.numel(), dtype=torch.uint8)
+    gathered = torch.empty(world * payload.numel(), dtype=torch.uint8, device=buffer.device)
     return payload, gathered, q.numel() * q.element_size()
 
 
@@ -105,7 +106,7 @@ def allgather_decode(buffer: torch.Tensor, gathered: torch.Tensor, n_q: int, fmt
     """Decode all ``world`` gathered parts (this rank's own too: every replica sums the same
     quantised values), sum in fp32, average into the bucket."""
     rows = gathered.view(world, -1)
-    total = torch.zeros(buffer.numel(), dtype=torch.float32)
+    total = torch.zeros(buffer.numel(), dtype=torch.float32, device=buffer.device)
     for r in range(world):
         part_q = rows[r, :n_q].view(fmt.dtype)
         part_scale = rows[r, n_q:].clone().view(torch.float32)  # clone: 4-byte aligned
@@ -159,14 +160,16 @@ def run_grad_check(ctx) -> dict:
 
     job = ctx.job
     model_name, batch, seed = job["model"], job["batch_size"], job.get("seed", 0)
-    x, y = rank_batches(model_name, batch, seed, ctx.rank, count=1)[0]
+    device = ctx.device
+    x, y = (t.to(device) for t in rank_batches(model_name, batch, seed, ctx.rank, count=1)[0])
     out = {}
     for name in ["none", *job["formats"]]:
-        ddp = DDP(build_model(model_name, seed), bucket_cap_mb=job.get("bucket_mib", 25.0))
+        ddp = DDP(build_model(model_name, seed).to(device), bucket_cap_mb=job.get("bucket_mib", 25.0),
+                  device_ids=[device.index] if device.type == "cuda" else None)
         state = register_compression(ddp, name) if name != "none" else None
         loss_fn(model_name)(ddp(x), y).backward()
         flat = torch.cat([p.grad.reshape(-1) for p in ddp.parameters()])
-        out[name] = {"grad": flat.tolist(), "path": state.path if state else "allreduce_fp32",
-                     "calls": state.calls if state else 0}
+        out[name] = {"grad": flat.cpu().tolist(), "path": state.path if state else "allreduce_fp32",
+                     "calls": state.calls if state else 0, "device": str(flat.device)}
         ctx.beat()
     return out if ctx.rank == 0 else {}

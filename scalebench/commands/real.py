@@ -48,6 +48,11 @@ def run(args: argparse.Namespace) -> int:
 
             return run_benchmarks(out=args.out)
         if args.comm:
+            if args.profile or args.trace:
+                from sim.errors import ConfigError
+
+                flag = "--profile" if args.profile else "--trace"
+                raise ConfigError(flag, args.profile or args.trace, "a training run (not with --comm)")
             return _run_comm(args)
         from real.config import check_measured_labels
         from real.measure import measure_point
@@ -55,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
         spec = spec_from_args(args)
         check_measured_labels(spec)
         row = measure_point(spec, iterations=args.iterations, warmup=args.warmup,
-                            timeout_s=args.timeout, link=args.link, topology=args.topology, trace_path=args.trace)
+                            timeout_s=args.timeout, link=args.link, topology=args.topology, trace_path=args.trace,
+                            profile_path=args.profile)
     except RunFailed as err:
         import sys
 
@@ -64,7 +70,11 @@ def run(args: argparse.Namespace) -> int:
     from real.results import default_row_path, write_rows
 
     path = write_rows(args.out or default_row_path(row, DEFAULT_OUT_DIR), [row])
-    write_out(row_table(row) + _saved(path) if args.format == "table" else format_rows([row], args.format))
+    text = row_table(row) + _saved(path)
+    if args.profile:
+        text += (f"  torch.profiler trace of rank 0 written to {args.profile}; per-layer times: "
+                 f"scalebench layers {row['model']} --profile {args.profile}\n")
+    write_out(text if args.format == "table" else format_rows([row], args.format))
     return 0
 
 
@@ -76,7 +86,7 @@ def _run_comm(args: argparse.Namespace) -> int:
     names = args.collectives or list(COLLECTIVES)
     rows = measure_collectives(nproc, names, max_bytes=args.max_bytes, backend=args.backend or "gloo",
                                iterations=args.iterations, warmup=args.warmup, timeout_s=args.timeout,
-                               link=args.link, topology=args.topology)
+                               link=args.link, topology=args.topology, device=args.device)
     if args.out:
         from real.results import write_rows
 
