@@ -21,8 +21,20 @@ def layer_times(model_name: str, batch_size: int, iterations: int, warmup: int, 
     from real.models import build_model, loss_fn, make_batch
 
     model = build_model(model_name, seed)
-    loss = loss_fn(model_name)
     x0, y = make_batch(model_name, batch_size, torch.Generator().manual_seed(seed))
+    out = unit_times(model, x0, y, loss_fn(model_name), iterations, warmup, beat=beat)
+    return {**out, "threads": torch.get_num_threads()}
+
+
+def unit_times(model, x0, y, loss, iterations: int, warmup: int, timer=None, beat=lambda: None) -> dict[str, Any]:
+    """Forward and backward seconds of each top-level child of ``model`` on detached inputs (the
+    module docstring), timed with ``timer`` (real.devtime.DeviceTimer: CUDA events on a GPU; the
+    CPU's wall clock by default); the means over ``iterations`` after ``warmup``."""
+    import torch
+
+    from real.devtime import DeviceTimer
+
+    timer = timer or DeviceTimer("cpu")
     children = list(model)
     fwd: list[list[float]] = [[] for _ in children]
     bwd: list[list[float]] = [[] for _ in children]
@@ -31,33 +43,35 @@ def layer_times(model_name: str, batch_size: int, iterations: int, warmup: int, 
         wall0, cpu0 = time.perf_counter(), time.process_time()
         inputs, outputs = [], []
         x = x0
-        f_times = []
+        f_marks = []
         for child in children:
             x_in = x.detach().requires_grad_(x.is_floating_point())
-            t0 = time.perf_counter()
+            t0 = timer.mark()
             out = child(x_in)
-            f_times.append(time.perf_counter() - t0)
+            f_marks.append((t0, timer.mark()))
             inputs.append(x_in)
             outputs.append(out)
             x = out
         value = loss(outputs[-1], y)
         grad = torch.autograd.grad(value, outputs[-1])[0]
-        b_times = [0.0] * len(children)
+        b_marks: list[tuple[Any, Any] | None] = [None] * len(children)
         for i in range(len(children) - 1, -1, -1):
-            t0 = time.perf_counter()
+            t0 = timer.mark()
             if outputs[i].requires_grad:
                 outputs[i].backward(grad)
-            b_times[i] = time.perf_counter() - t0
+            b_marks[i] = (t0, timer.mark())
             grad = inputs[i].grad
             if grad is None:
                 break
         model.zero_grad(set_to_none=True)
+        timer.sync()
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         beat()
         if it >= warmup:
             for i in range(len(children)):
-                fwd[i].append(f_times[i])
-                bwd[i].append(b_times[i])
+                fwd[i].append(timer.seconds(*f_marks[i]))
+                marks = b_marks[i]
+                bwd[i].append(timer.seconds(*marks) if marks is not None else 0.0)
             walls.append(wall)
             cpus.append(cpu)
     return {
@@ -68,7 +82,7 @@ def layer_times(model_name: str, batch_size: int, iterations: int, warmup: int, 
         "bwd_s": [statistics.fmean(v) for v in bwd],
         "iteration_wall_s": statistics.fmean(walls),
         "iteration_cpu_s": statistics.fmean(cpus),
-        "threads": torch.get_num_threads(),
+        "clock": timer.clock,
     }
 
 
