@@ -423,6 +423,9 @@ def render_report(data: dict[str, Any], comp: dict[str, Any]) -> str:
     for name, sec in (data.get("sections") or {}).items():
         if sec.get("error"):
             problems.append(f"- {name}: {sec['error']}")
+        for config in (sec.get("result") or {}).get("configs", []):
+            if config.get("error"):
+                problems.append(f"- {name} {config['interferer']} {config['channels']}: {config['error']}")
         for case in sec.get("cases", []):
             if case.get("error"):
                 label = " ".join(str(case.get(k)) for k in ("model", "dtype", "precision", "batch_size") if case.get(k) is not None)

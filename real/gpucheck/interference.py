@@ -17,8 +17,9 @@ The interferers (a side stream, running for the whole window):
   collective's staging causes.
 Each interferer starts before the window: a one-block kernel on the main stream waits until all
 c blocks of the interferer are resident, then the loop runs, then the main stream raises the
-flag that ends it. A spinning kernel stops after ``MAX_SPINS`` rounds in any case (and says so):
-a flag never seen cannot hang the GPU. The kernels are CUDA C compiled by CuPy (KERNELS_CU), each
+flag that ends it. A spinning kernel stops after ``MAX_SPINS`` rounds or ``MAX_CYCLES`` of its
+clock in any case (and the row says it did not outlast the window): a flag never seen cannot hang
+the GPU. The kernels are CUDA C compiled by CuPy (KERNELS_CU), each
 block reserving NCCL's dynamic shared memory.
 
 On the CPU (dry run) the same loops run with the wall clock, ``copies`` becomes a thread copying
@@ -45,6 +46,9 @@ MAX_SPINS = 4_000_000
 """Rounds after which a spinning block stops by itself (a round of hold is two block barriers and
 a load, about a microsecond; of reduce_copy 96 KiB of traffic: seconds either way, far beyond a
 window of tens of milliseconds)."""
+MAX_CYCLES = 4_000_000_000
+"""SM clock cycles after which every loop of the kernels ends: about 2 s at the 1,980 MHz an H200
+of this workplace ran its matrix products at (.library/device/KINDS.md), 20-100 windows."""
 
 
 def measure_interference(plan: InterferencePlan, device: torch.device) -> dict[str, Any]:
@@ -177,12 +181,15 @@ class _Copies:
 
 
 KERNELS_CU = r"""
-extern "C" __global__ void hold(int* started, volatile const int* stop, long long* spins, long long max_spins) {
+// Every loop also ends after max_cycles of its SM's clock: a flag never seen cannot hang the GPU.
+extern "C" __global__ void hold(int* started, volatile const int* stop, long long* spins, long long max_spins,
+                                long long max_cycles) {
     __shared__ int s_stop;
+    const long long t0 = clock64();
     if (threadIdx.x == 0) started[blockIdx.x] = 1;
     long long i = 0;
     for (;;) {
-        if (threadIdx.x == 0) s_stop = (*stop != 0) || (i >= max_spins);
+        if (threadIdx.x == 0) s_stop = (*stop != 0) || (i >= max_spins) || (clock64() - t0 > max_cycles);
         __syncthreads();
         if (s_stop) break;
         ++i;
@@ -193,13 +200,14 @@ extern "C" __global__ void hold(int* started, volatile const int* stop, long lon
 
 extern "C" __global__ void reduce_copy(const float4* a, const float4* b, float4* out, long long n_chunks,
                                        int vec_per_chunk, int* started, volatile const int* stop,
-                                       long long* spins, long long max_spins) {
+                                       long long* spins, long long max_spins, long long max_cycles) {
     __shared__ int s_stop;
+    const long long t0 = clock64();
     if (threadIdx.x == 0) started[blockIdx.x] = 1;
     long long i = 0;
     long long chunk = blockIdx.x;
     for (;;) {
-        if (threadIdx.x == 0) s_stop = (*stop != 0) || (i >= max_spins);
+        if (threadIdx.x == 0) s_stop = (*stop != 0) || (i >= max_spins) || (clock64() - t0 > max_cycles);
         __syncthreads();
         if (s_stop) break;
         long long base = (chunk % n_chunks) * vec_per_chunk;
@@ -215,8 +223,9 @@ extern "C" __global__ void reduce_copy(const float4* a, const float4* b, float4*
     if (threadIdx.x == 0) spins[blockIdx.x] = i;
 }
 
-extern "C" __global__ void wait_started(volatile const int* started, int want, long long max_spins) {
-    for (long long i = 0; i < max_spins; ++i) {
+extern "C" __global__ void wait_started(volatile const int* started, int want, long long max_cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 <= max_cycles) {
         int n = 0;
         for (int c = 0; c < want; ++c) n += started[c];
         if (n >= want) return;
@@ -270,7 +279,8 @@ class _Kernels:
         import numpy as np
 
         cp = self.cupy
-        common = (cp.asarray(self.started), cp.asarray(self.stop), cp.asarray(spins), np.int64(MAX_SPINS))
+        common = (cp.asarray(self.started), cp.asarray(self.stop), cp.asarray(spins), np.int64(MAX_SPINS),
+                  np.int64(MAX_CYCLES))
         if kind == "hold":
             return common
         return (cp.asarray(self.a), cp.asarray(self.b), cp.asarray(self.out), np.int64(self.n_chunks),
@@ -285,7 +295,7 @@ class _Kernels:
         import numpy as np
 
         with self.cupy.cuda.ExternalStream(stream.cuda_stream):
-            self.wait_started((1,), (1,), (self.cupy.asarray(self.started), np.int32(channels), np.int64(MAX_SPINS)))
+            self.wait_started((1,), (1,), (self.cupy.asarray(self.started), np.int32(channels), np.int64(MAX_CYCLES)))
 
     def runner(self, kind: str, channels: int) -> _KernelRun:
         return _KernelRun(self, kind, channels)
