@@ -22,7 +22,14 @@ def experiment_field_types() -> dict[str, dict[str, Any]]:
     the ``real:`` section a measured point carries) accepts beyond the scenario's."""
     from experiments.config import BACKENDS, CALIBRATION_KEYS, REAL_CALL_KEYS
     from real.config import BACKENDS as REAL_BACKENDS
-    from real.config import COMPRESSIONS, DEVICES, PIPELINE_SCHEDULES, REAL_KEYS, REAL_STRATEGIES, TOPOLOGIES
+    from real.config import (
+        COMPRESSIONS,
+        DEVICES,
+        PIPELINE_SCHEDULES,
+        REAL_KEYS,
+        REAL_STRATEGIES,
+        TOPOLOGIES,
+    )
 
     real = {"iterations": INT_POS, "warmup": INT_NONNEG, "timeout_s": NUM_POS,
             "link": {"oneOf": [STRING, {"type": "object"}]}, "topology": {"enum": list(TOPOLOGIES)},

@@ -103,6 +103,12 @@ def compute_comparison(data: dict[str, Any], gpu: str) -> tuple[list[dict[str, A
             "measured_step_s": step["total_s"], "predicted_step_s": pred["total_s"],
             "achieved_tflops": _achieved(case, measured_fb),
         })
+        unit_pred: dict[str, float] = defaultdict(float)
+        for row in pred["rows"]:
+            unit_pred[row["layer"].split(".", 1)[0]] += row["fwd_s"] + row["bwd_s"]
+        unit_errors = [rel_error(unit_pred[u["unit"]], u["fwd_s"] + u["bwd_s"]) for u in case.get("units", [])
+                       if u["unit"] in unit_pred]
+        cases[-1]["unit_errors"] = unit_errors
         measured_rows = {r["layer"]: r for r in (case.get("layers") or {}).get("rows", [])}
         for row in pred["rows"]:
             got = measured_rows.get(row["layer"])
@@ -450,11 +456,16 @@ def _compute_md(data: dict[str, Any], comp: dict[str, Any]) -> list[str]:
                    f"{_ms(c['measured_backward_s'])} / {_ms(c['measured_optimizer_s'])} | {_ms(c['predicted_forward_s'])} / "
                    f"{_ms(c['predicted_backward_s'])} / {_ms(c['predicted_optimizer_s'])} | {_pct(c['error_fwd_bwd'])} | "
                    f"{_pct(c['error_optimizer'])} | {_sig(c['achieved_tflops'])} |")
-    out += ["", "Per model (both batch sizes): MAPE of forward + backward.", "", "| model | " +
-            " | ".join(sorted({c["dtype"] for c in cases})) + " |", "|---|" + "---|" * len({c["dtype"] for c in cases})]
+    dtypes = sorted({c["dtype"] for c in cases})
+    out += ["", "Per model (both batch sizes): MAPE of the step's forward + backward, and of each top-level unit's "
+            "forward + backward timed alone on a detached input (the same clock; a unit's predicted time is its rows'"
+            ").", "", "| model | " + " | ".join(f"{d} step | {d} units" for d in dtypes) + " |",
+            "|---|" + "---|---|" * len(dtypes)]
     for model in dict.fromkeys(c["model"] for c in cases):
-        cells = [_mape([c["error_fwd_bwd"] for c in cases if c["model"] == model and c["dtype"] == d])
-                 for d in sorted({c["dtype"] for c in cases})]
+        cells = []
+        for d in dtypes:
+            mine = [c for c in cases if c["model"] == model and c["dtype"] == d]
+            cells += [_mape([c["error_fwd_bwd"] for c in mine]), _mape([e for c in mine for e in c["unit_errors"]])]
         out.append(f"| {model} | " + " | ".join(cells) + " |")
     out += ["", "## Which layer kinds the roofline gets wrong", "",
             "Each row's kernels in the profiler trace (forward + backward, real/kineto.py), summed over every model and "
