@@ -28,8 +28,12 @@ def check_hooks(backend: str, device: str, ranks: int, timeout_s: float = 120) -
     from real.strategies.common import rank_batches
     from real.strategies.hooks import FORMATS, error_bound
 
+    # cuDNN convolves fp32 in TF32 by default (10 fraction bits, about fp16's rounding): off in the
+    # ranks and here, so that the reference and the hooked gradients differ only by the format's rounding
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     job = {"kind": "grad_check", "model": MODEL, "batch_size": BATCH, "formats": list(FORMATS),
-           "bucket_mib": BUCKET_MIB, "backend": backend, "device": device}
+           "bucket_mib": BUCKET_MIB, "backend": backend, "device": device, "full_fp32": True}
     raw = launch(job, ranks, timeout_s=timeout_s, deadline_s=3 * timeout_s)
     per_rank = []
     for r in range(ranks):

@@ -161,6 +161,9 @@ def run_grad_check(ctx) -> dict:
     job = ctx.job
     model_name, batch, seed = job["model"], job["batch_size"], job.get("seed", 0)
     device = ctx.device
+    if job.get("full_fp32"):  # no TF32 convolutions or matmuls: the caller's fp32 reference is the same arithmetic
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     x, y = (t.to(device) for t in rank_batches(model_name, batch, seed, ctx.rank, count=1)[0])
     out = {}
     for name in ["none", *job["formats"]]:
