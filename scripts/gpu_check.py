@@ -262,6 +262,8 @@ def section_harness(run: Run, section: dict[str, Any]) -> None:
 
 
 def _run_step(run: Run, step: HarnessStep, argv: list[str], art: Path) -> dict[str, Any]:
+    if argv[0] == "layers":  # no ranks, no CUDA: in this process, without another start of torch
+        return _run_in_process(step, argv, art)
     if argv[0] == "hooks":
         out_json = art / f"{step.name}.json"
         cmd = [sys.executable, "-m", "real.gpucheck.hookcheck", *argv[1:], str(out_json)]
@@ -291,6 +293,32 @@ def _run_step(run: Run, step: HarnessStep, argv: list[str], art: Path) -> dict[s
     try:
         record.update(_parse_step(argv, art, step))
     except Exception as err:  # what the step wrote is not what we expected: say so, keep going
+        record["summary"] = f"its output could not be read ({_error(err)})"
+    if rc != 0 and tail:
+        record["summary"] = (record.get("summary", "") + " | " + tail[-1])[-300:]
+    return record
+
+
+def _run_in_process(step: HarnessStep, argv: list[str], art: Path) -> dict[str, Any]:
+    import contextlib
+    import io
+
+    from scalebench.cli import main as scalebench_main
+
+    started = time.monotonic()
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        rc = scalebench_main(argv)
+    if rc in (128 + signal.SIGTERM, 128 + signal.SIGHUP):  # the run itself is being stopped
+        raise SystemExit(rc)
+    (art / f"{step.name}.log").write_text(buf.getvalue())
+    tail = buf.getvalue().strip().splitlines()[-12:]
+    record: dict[str, Any] = {"command": "scalebench " + " ".join(argv), "rc": rc, "output_tail": tail,
+                              "elapsed_s": round(time.monotonic() - started, 1),
+                              "status": "ok" if rc == 0 else f"failed (exit {rc})"}
+    try:
+        record.update(_parse_step(argv, art, step))
+    except Exception as err:
         record["summary"] = f"its output could not be read ({_error(err)})"
     if rc != 0 and tail:
         record["summary"] = (record.get("summary", "") + " | " + tail[-1])[-300:]
