@@ -64,14 +64,32 @@ def _scenario(workload: dict[str, Any], gpu: str, precision: str, strategy: dict
 
 # -- compute -------------------------------------------------------------------------------------
 
+def measured_kernels() -> dict[str, Any]:
+    """Strategy settings that describe what the measured torch models run, where the tree's
+    strategy has them: attention as explicit matmuls and a softmax that stores the scores
+    (real/models/transformers.py), i.e. eager, not FlashAttention."""
+    from sim.strategy import STRATEGY_KEYS
+
+    return {"attention": "eager"} if "attention" in STRATEGY_KEYS else {}
+
+
 def predict_compute(workload: dict[str, Any], gpu: str, dtype: str) -> dict[str, Any]:
-    """Per row (forward, backward) and the step's phases the simulator predicts on ``gpu``."""
+    """Per row (forward, backward) and the step's phases the simulator predicts on ``gpu``: the
+    roofline per row as one rank's engine takes it (sim.engine.plan.data_parallel_passes where the
+    tree has it: attention's and recomputation's arithmetic on top)."""
     from sim.costs.compute import layer_times_s, optimizer_step_time_s
     from sim.strategy import DTYPE_BYTES
 
-    scenario = _scenario(workload, gpu, dtype)
+    scenario = _scenario(workload, gpu, dtype, measured_kernels())
     w, device = scenario.workload, scenario.cluster.gpu
     times = layer_times_s(w, device, dtype, DTYPE_BYTES[dtype])
+    try:
+        from sim.engine.plan import data_parallel_passes
+    except ImportError:  # a tree whose engine takes the roofline's times as they are
+        pass
+    else:
+        passes = data_parallel_passes(scenario, times)
+        times = list(zip(passes.fwd_s, passes.bwd_s, strict=True))
     rows = [{"layer": layer.name, "kind": layer.kind, "fwd_s": f, "bwd_s": b} for layer, (f, b) in zip(w.layers, times, strict=True)]
     optimizer = optimizer_step_time_s(w.param_count, DTYPE_BYTES[dtype], w.optimizer, device)
     fwd, bwd = sum(t[0] for t in times), sum(t[1] for t in times)
@@ -141,10 +159,10 @@ def _achieved(case: dict[str, Any], seconds: float) -> float | None:
 
 # -- memory --------------------------------------------------------------------------------------
 
-RECOMPUTE_SETTINGS = (("recompute_granularity", "full"), ("activation_recomputation", "full"),
+RECOMPUTE_SETTINGS = (("recompute", "full"), ("recompute_granularity", "full"), ("activation_recomputation", "full"),
                       ("activation_checkpointing", True))
-"""Strategy keys a memory model may take for recomputing every block's activations (Megatron's
-``recompute_granularity: full`` first); the first the tree's strategy accepts is used."""
+"""Strategy keys a memory model may take for recomputing every block's activations (strategy.recompute:
+full, Megatron's --recompute-granularity full, first); the first the tree's strategy accepts is used."""
 
 
 def recompute_setting() -> tuple[str, Any] | None:
@@ -157,14 +175,22 @@ def recompute_setting() -> tuple[str, Any] | None:
 
 
 def predict_memory(workload: dict[str, Any], gpu: str, precision: str, checkpointing: bool) -> dict[str, Any]:
+    """sim.memory.memory_per_rank's breakdown, as the allocator sees it: what it allocates (the model
+    state, stored activations, a recomputed block) against max_memory_allocated; that plus the
+    fragmentation the model reserves against max_memory_reserved. The CUDA context and NCCL's
+    buffers are outside torch's allocator (no counterpart measured)."""
     from sim.memory import memory_per_rank
 
     setting = recompute_setting() if checkpointing else None
-    strategy = {setting[0]: setting[1]} if setting else {}
+    strategy = {**measured_kernels(), **({setting[0]: setting[1]} if setting else {})}
     breakdown = memory_per_rank(_scenario(workload, gpu, precision, strategy))[0]
     parts = breakdown.parts()
+    outside = sum(parts.get(k, 0.0) for k in ("CUDA context", "NCCL buffers"))
+    fragmentation = parts.get("fragmentation", 0.0)
+    allocated = breakdown.total_bytes - outside - fragmentation
     return {"static_bytes": breakdown.params_bytes + breakdown.grads_bytes + breakdown.optimizer_bytes,
             "activations_bytes": breakdown.activations_bytes + breakdown.stash_bytes,
+            "allocated_bytes": allocated, "reserved_bytes": allocated + fragmentation,
             "total_bytes": breakdown.total_bytes, "parts": parts,
             "recompute": f"{setting[0]}: {setting[1]}" if setting else ("not modelled" if checkpointing else "")}
 
@@ -184,8 +210,11 @@ def memory_comparison(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
             "measured_activations_bytes": case["saved_activation_bytes"],
             "predicted_activations_bytes": pred["activations_bytes"],
             "error_activations": rel_error(pred["activations_bytes"], case["saved_activation_bytes"]),
-            "measured_peak_bytes": peak, "predicted_total_bytes": pred["total_bytes"],
-            "error_peak": rel_error(pred["total_bytes"], peak), "recompute": pred["recompute"],
+            "measured_peak_bytes": peak, "predicted_allocated_bytes": pred["allocated_bytes"],
+            "error_peak": rel_error(pred["allocated_bytes"], peak),
+            "measured_reserved_bytes": case.get("peak_reserved_bytes"), "predicted_reserved_bytes": pred["reserved_bytes"],
+            "error_reserved": rel_error(pred["reserved_bytes"], case.get("peak_reserved_bytes")),
+            "predicted_total_bytes": pred["total_bytes"], "recompute": pred["recompute"],
         })
     return rows
 
@@ -358,7 +387,9 @@ def comparison_csv(comp: dict[str, Any]) -> str:
         put("memory", name, "params+grads+optimizer", m["measured_static_bytes"], m["predicted_static_bytes"], "B")
         put("memory", name, "activations", m["measured_activations_bytes"], m["predicted_activations_bytes"], "B",
             m["recompute"])
-        put("memory", name, "peak", m["measured_peak_bytes"], m["predicted_total_bytes"], "B")
+        put("memory", name, "peak allocated", m["measured_peak_bytes"], m["predicted_allocated_bytes"], "B")
+        put("memory", name, "peak reserved", m["measured_reserved_bytes"], m["predicted_reserved_bytes"], "B",
+            "predicted: allocated + the caching allocator's fragmentation")
     for i in comp["interference"]:
         put("interference", f"{i['interferer']} {i['channels']}", f"{i['loop']} slowdown", i["measured_slowdown"],
             i["predicted_slowdown"], "fraction", i["model"])
@@ -492,19 +523,23 @@ def _memory_md(comp: dict[str, Any]) -> list[str]:
     out = ["## Memory: a training step against sim/memory.py", "",
            "Static: parameters, gradients and optimizer state after a step (their storages); activations: what autograd "
            "saved for backward (and, with checkpointing, each block's kept input); peak: torch.cuda.max_memory_allocated "
-           "over the step (GPU only).", "",
+           "over the step against what the model allocates, and max_memory_reserved against that plus the fragmentation "
+           "it reserves (GPU only; the CUDA context is outside both).", "",
            "| model | precision | batch | checkpointing | static measured / predicted | activations measured / predicted "
-           "| error | peak measured / predicted total | error |", "|---|---|---|---|---|---|---|---|---|"]
+           "| error | peak allocated measured / predicted | error | peak reserved measured / predicted | error |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in rows:
         if "error_text" in m:
             out.append(f"| {m['model']} | {m['precision']} | {m['batch_size']} | {'yes' if m['checkpointing'] else 'no'} | "
-                       f"{m['error_text']} | | | | |")
+                       f"{m['error_text']} | | | | | | |")
             continue
         ckpt = ("yes (" + m["recompute"] + ")") if m["checkpointing"] else "no"
         out.append(f"| {m['model']} | {m['precision']} | {m['batch_size']} | {ckpt} | {_bytes(m['measured_static_bytes'])} / "
                    f"{_bytes(m['predicted_static_bytes'])} | {_bytes(m['measured_activations_bytes'])} / "
                    f"{_bytes(m['predicted_activations_bytes'])} | {_pct(m['error_activations'])} | "
-                   f"{_bytes(m['measured_peak_bytes'])} / {_bytes(m['predicted_total_bytes'])} | {_pct(m['error_peak'])} |")
+                   f"{_bytes(m['measured_peak_bytes'])} / {_bytes(m['predicted_allocated_bytes'])} | {_pct(m['error_peak'])} | "
+                   f"{_bytes(m['measured_reserved_bytes'])} / {_bytes(m['predicted_reserved_bytes'])} | "
+                   f"{_pct(m['error_reserved'])} |")
     return out + [""]
 
 
