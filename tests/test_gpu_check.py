@@ -225,18 +225,37 @@ def test_predicted_static_memory_is_16_bytes_per_published_parameter():
         assert pred["static_bytes"] == 16 * 354_823_168
 
 
-def test_interference_prediction_grows_with_the_held_blocks():
-    """The held-SM model by hand where the tree has no per-layer contention model: 32 of 132 SMs
-    held leave 100, t' = t x 132 / 100, a 32 % slowdown; copies hold none."""
-    from sim.costs import contention
-
+def test_interference_prediction_is_the_wave_count_and_the_bandwidth_left_by_hand():
+    """sim.costs.contention's model of the check's loops on the catalog's H100 (132 SMs, 3.35 TB/s,
+    989.4 TFLOP/s bf16 x 0.5), by hand. The GEMM loop (8192^3 bf16) is compute-bound (89 ms of
+    arithmetic against 16 ms of operands) and runs 128x256 tensor-core tiles, one per SM:
+    8192^2 / 32,768 = 2,048 blocks, ceil(2048 / 132) = 16 waves alone; with c SMs held
+    ceil(2048 / (132 - c)): c = 8 -> 17, 16 -> 18, 24 -> 19, 32 -> 21, 66 -> 32 waves. The stream
+    loop is memory-bound: beside 1 TB/s of copies it keeps 3.35 - 1 TB/s (+42.6 %); beside 2.5
+    TB/s the compute stream keeps half (+100 %); holding SMs costs it nothing, copies cost the
+    compute-bound GEMM nothing."""
     result = {"sms": 132, "gemm": {"dim": 8192, "reps": 40, "dtype": "bf16", "flops": 2.0 * 8192**3 * 40},
               "stream": {"bytes": 3.0 * 2**26 * 2 * 200}}
-    slow = [predicted_slowdown("gemm", "hold", c, None, result, "h100")[0] for c in (8, 16, 32, 66)]
-    assert all(b >= a >= 0 for a, b in zip(slow, slow[1:], strict=False))
-    if not hasattr(contention, "contention_factor"):
-        assert slow[2] == pytest.approx(132 / 100 - 1)
-        assert predicted_slowdown("gemm", "copies", 0, 1e12, result, "h100")[0] == 0.0
+    for held, waves in ((8, 17), (16, 18), (24, 19), (32, 21), (66, 32)):
+        got, model = predicted_slowdown("gemm", "hold", held, None, result, "h100")
+        assert got == pytest.approx(waves / 16 - 1, rel=1e-12), held
+        assert predicted_slowdown("stream", "hold", held, None, result, "h100")[0] == 0.0
+    assert predicted_slowdown("gemm", "copies", 0, 1e12, result, "h100")[0] == 0.0
+    assert predicted_slowdown("stream", "copies", 0, 1e12, result, "h100")[0] == pytest.approx(3.35 / 2.35 - 1)
+    assert predicted_slowdown("stream", "copies", 0, 2.5e12, result, "h100")[0] == pytest.approx(1.0)
+    # reduce-copy kernels both hold SMs and move bytes: each loop loses what its roofline needs
+    assert predicted_slowdown("gemm", "reduce_copy", 24, 1e12, result, "h100")[0] == pytest.approx(19 / 16 - 1)
+    assert predicted_slowdown("stream", "reduce_copy", 24, 1e12, result, "h100")[0] == pytest.approx(3.35 / 2.35 - 1)
+
+
+def test_the_models_channels_on_an_h100_node():
+    """The report's headline: NCCL's ring channels on 8 H100s over NVLink 4 and a many-wave
+    kernel's slowdown beside them, S / (S - c) - 1 on 132 SMs."""
+    from validation.gpu_report import model_channels
+
+    got = model_channels("h100")
+    assert got["sms"] == 132 and 0 < got["channels"] < 132
+    assert got["slowdown"] == pytest.approx(132 / (132 - got["channels"]) - 1)
 
 
 def test_relative_error_is_predicted_minus_measured_over_measured():

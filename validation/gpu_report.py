@@ -13,7 +13,7 @@ catalog's GPU, uncalibrated (sim/data/gpus.yaml: datasheet peaks, efficiency 0.5
   checkpointing, the strategy's recomputation setting where the model has one
   (``RECOMPUTE_SETTINGS``), else the same prediction as without (and the report says so);
 - interference: sim.costs.contention's slowdown of a compute-bound and a memory-bound loop beside
-  the measured interferers (``predicted_slowdown``: the contention model main has);
+  the measured interferers (``predicted_slowdown``: sim.costs.contention's per-layer model);
 - the harness on CUDA: each step's outcome; the 1-rank NCCL iteration against sim.simulate.
 """
 
@@ -223,47 +223,51 @@ def memory_comparison(data: dict[str, Any], gpu: str) -> list[dict[str, Any]]:
 
 def model_channels(gpu: str) -> dict[str, Any]:
     """NCCL's run-time ring channels the model puts on this GPU in its usual node (8 GPUs over
-    NVLink 4), the SMs they hold, and the compute slowdown it applies while they run."""
+    NVLink 4), the SMs they hold, and the slowdown sim.costs.contention gives a compute-bound
+    kernel of many waves while they run (``wave_ratio(None, ...)``: S / (S - c); a kernel of few
+    waves loses more, a memory-bound one loses bandwidth instead: the table's rows)."""
     from sim.costs.backends.nccl import ring_graph
-    from sim.costs.contention import comm_compute_slowdown
+    from sim.costs.contention import wave_ratio
 
     scenario = _scenario({"model": "resnet50"}, gpu, "bf16", {"backend": "nccl", "comm_slows_compute": True},
                          gpus=8, gpus_per_node=8, intra_link="nvlink4")
     channels = ring_graph(scenario.cluster).runtime_channels
-    fraction = comm_compute_slowdown(scenario)
-    return {"channels": channels, "sms": scenario.cluster.gpu.sm_count, "node": "8 GPUs, nvlink4",
-            "held_fraction": fraction, "slowdown": 1.0 / (1.0 - fraction) - 1.0 if fraction < 1 else None}
+    sms = scenario.cluster.gpu.sm_count
+    return {"channels": channels, "sms": sms, "node": "8 GPUs, nvlink4",
+            "slowdown": wave_ratio(None, 1, sms, channels) - 1.0}
 
 
 def predicted_slowdown(loop: str, interferer: str, channels: int, interferer_Bps: float | None,
-                       result: dict[str, Any], gpu: str) -> tuple[float | None, str]:
-    """(slowdown, which model) of ``loop`` ('gemm' or 'stream') beside the interferer, by the
-    contention model of this tree: a per-layer model with SMs and memory bandwidth
-    (``contention_factor``) where there is one, else the held-SM fraction c / S as the event layer
-    applies it (t / (1 - min(0.5, c / S)), sim/engine/streams.py)."""
+                       result: dict[str, Any], gpu: str) -> tuple[float, str]:
+    """(slowdown, which model) of ``loop`` ('gemm' or 'stream') beside the interferer, by
+    sim.costs.contention as the event layer applies it to a layer: ``contention_factor`` of the
+    loop's roofline (its GEMM's thread blocks in waves on the SMs left, its bytes at the bandwidth
+    left) beside a footprint of the blocks the interferer holds (``hold``, ``reduce_copy``: one
+    per channel, as NCCL) and the memory traffic it was measured to move (``reduce_copy``,
+    ``copies``)."""
     from sim.catalog import builtin_catalog
     from sim.costs import contention
 
     device = builtin_catalog().gpu(gpu)
     sms = result.get("sms") or device.sm_count
     held = channels if interferer in ("hold", "reduce_copy") else 0
-    if hasattr(contention, "contention_factor") and hasattr(contention, "Footprint"):
-        load = _pass_load(loop, result, device, contention)
-        traffic = interferer_Bps if interferer in ("reduce_copy", "copies") and interferer_Bps else 0.0
-        footprint = contention.Footprint(min(held, sms - 1), traffic, sms, device.memory_bandwidth_Bps)
-        return contention.contention_factor(load, footprint) - 1.0, "SMs (waves) and memory bandwidth"
-    fraction = min(0.5, held / sms) if sms else 0.0
-    return 1.0 / (1.0 - fraction) - 1.0, "held SMs: t / (1 - c / S)"
+    traffic = interferer_Bps if interferer in ("reduce_copy", "copies") and interferer_Bps else 0.0
+    footprint = contention.Footprint(min(held, sms - 1), traffic, sms, device.memory_bandwidth_Bps)
+    load = _pass_load(loop, result, device, contention)
+    return contention.contention_factor(load, footprint) - 1.0, "SMs (waves) and memory bandwidth"
 
 
 def _pass_load(loop: str, result: dict[str, Any], device, contention):
+    """The loop as one pass of the roofline: the GEMM loop's n^3 products (compute) and its three
+    n x n operands per product (memory), its grid the tile's blocks over n x n outputs; the stream
+    loop all memory."""
     if loop == "gemm":
         g = result["gemm"]
         n, reps = g["dim"], g["reps"]
         elem = 4 if g["dtype"] == "fp32" else 2
         compute_s = g["flops"] / (device.flops_for(g["dtype"]) * device.efficiency)
         memory_s = 3 * n * n * elem * reps / device.memory_bandwidth_Bps
-        tile = contention.gemm_tile(getattr(device, "compute_capability", None), g["dtype"])
+        tile = contention.gemm_tile(device.compute_capability, g["dtype"])
         return contention.PassLoad(compute_s, memory_s, 0.0, ((1.0, contention.gemm_blocks(n * n, tile)),),
                                    tile.blocks_per_sm)
     s = result["stream"]
