@@ -164,7 +164,8 @@ def attach_topology(cluster: Cluster, topology: dict[str, Any], placement: Any, 
         return replace(cluster, topology=t)
     view = ring_view(fabric, order[:cluster.nodes], cluster.nics_per_node, host.effective_Bps)
     t = Topology(fabric=fabric, slot_order=order, spec=topology, placement=placement, seed=seed, host_link=host,
-                 catalog=catalog, ring_extra_latency_s=view.extra_latency_s, ring_load=view.load_factor)
+                 catalog=catalog, ring_extra_latency_s=view.extra_latency_s, ring_load=view.load_factor,
+                 ring_mean_extra_latency_s=view.mean_extra_latency_s)
     seen = replace(host, latency_s=host.latency_s + view.extra_latency_s,
                    source=f"{host.source}; + {view.extra_latency_s * 1e6:.3g} us of switch hops on the ring's "
                           f"longest path over {fabric.description}")

@@ -6,10 +6,10 @@ left and step k from its predecessor has arrived (alpha + the protocol's hop lat
 left). Per collective the hop latency is that of the protocol NCCL's tuner picks for the bucket
 (LL128 for the small buckets here, Simple for large ones), plus NCCL's base latency once.
 - the 2-edge-class ring (alternating latencies) against its hand-computed closed form;
-- an isolated NCCL ring allreduce on one switch: the event engine, the periodic engine and the
-  closed form agree to 1e-9, and the fast path's comm_cost within the bounds below;
+- an isolated NCCL ring allreduce on one switch: the event engine, the periodic engine, the
+  closed form and the fast path's comm_cost agree to 1e-9;
 - the small transformer on 4 nodes x 2 V100 that made the detailed mode 46 % slower than the fast
-  path: now within 10 %.
+  path: now within 1 %.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_alternating_latencies_are_summed_along_the_ring_not_maxed(m, closed_for
     d = t + a
     k = 2 * (m - 1)
     limit = schedule.DIRECT_LIMIT
-    schedule.DIRECT_LIMIT = 0 if closed_form else limit
+    schedule.DIRECT_LIMIT = 0 if closed_form else 1 << 30
     try:
         pipelined, _ = ring_ends(np.zeros(m), d, k, 0.0, np.full(m, t))
         plain, _ = ring_ends(np.zeros(m), d, k)
@@ -134,35 +134,34 @@ def test_isolated_nccl_ring_engines_agree_with_the_closed_form(links, size):
     assert periodic == pytest.approx(by_hand, rel=1e-9)
 
 
-# measured (detailed / fast - 1), nvlink2 + ib_edr | nvlink2 + tcp_25gbe, 4 nodes x 2 V100:
-#   64 KiB LL128 -12.4 % | -16.7 %;  1 MiB LL128 -15.6 % | -22.7 %;  4 MiB -5.3 % (LL128) | -14.5 % (Simple);
-#   256 MiB Simple -0.6 % | -0.3 %
-TOLERANCE = {"small": 0.20, "medium 1 MiB": 0.25, "medium 4 MiB": 0.20, "large": 0.01}
-
-
 @pytest.mark.parametrize("links", LINKS)
 @pytest.mark.parametrize("size", SIZES)
-def test_isolated_nccl_ring_against_the_fast_path(links, size):
-    """The fast path (NCCL's tuning model: latency + bytes / bandwidth) adds every hop's latency
-    to the transfer; the detailed ring pays the same terms but overlaps what it can: a hop's
-    latency hides under the next transfers where those are longer (the max-plus path stays on
-    the slowest sender), so the detailed mode is never above the fast path (1 %) and never below
-    it by more than the latency terms L the fast path adds (NCCL's base and hop latencies, the
-    transport's per-message software latency and the link's propagation, summed along the ring):
-    fast - L <= detailed <= 1.01 fast; and within TOLERANCE of it (its comment holds the measured
-    gaps: a large bucket within 1 %)."""
+def test_isolated_nccl_ring_the_fast_path_is_the_detailed_rings_schedule(links, size):
+    """The fast path prices the same ring (sim.costs.backends.ring_maxplus: the timed event graph of
+    a pipelined library, every edge class its own transfer and latencies) in closed form: it gives
+    the detailed mode's finish to 1e-9. Before, it added NCCL's hop latencies to the transfer
+    (tuning.cc's latency + bytes / bandwidth) and priced every hop as a network hop: the detailed
+    ring came out 12-37 % below it (ResNet-50's 30 MiB bucket at 4,096 GPUs: 29.0 against 46.2 ms)."""
     cluster, spec, n_bytes = _cluster(*links), CommSpec("nccl", "ring"), SIZES[size]
     fast = allreduce_cost(n_bytes, cluster, spec)
-    assert fast.algorithm == "ring" and fast.protocol == ("Simple" if size == "large" else fast.protocol)
-    detailed = _isolated_ring_s(cluster, spec, n_bytes)
-    lat = ring_latency("allreduce", n_bytes, cluster, spec)
-    assert lat.protocol == fast.protocol
-    n, nodes, intra, inter = cluster.world_size, cluster.nodes, cluster.intra_link, cluster.inter_link
-    inter_steps = 2 * nodes
-    latency_terms = (lat.base_s + (2 * (n - 1) - inter_steps) * (lat.intra_hop_s + intra.alpha_s)
-                     + inter_steps * (lat.inter_hop_s + inter.alpha_s) + inter.latency_s)
-    assert fast.time_s - latency_terms <= detailed <= fast.time_s * 1.01
-    assert detailed == pytest.approx(fast.time_s, rel=TOLERANCE[size])
+    assert fast.algorithm == "ring" and fast.protocol == ring_latency("allreduce", n_bytes, cluster, spec).protocol
+    assert fast.time_s == pytest.approx(_isolated_ring_s(cluster, spec, n_bytes), rel=1e-9)
+
+
+def test_the_fast_path_hides_hop_latencies_nccls_tuner_adds():
+    """NCCL's tuner (latency + bytes / bandwidth) is an upper bound of the ring's schedule: the
+    prediction stays below it and at most its hop latencies below (4 nodes x 2 V100, 1 MiB, LL128:
+    the detailed ring was measured 15.6 % below the old additive fast path)."""
+    from sim.costs.backends import nccl
+
+    cluster, n_bytes = _cluster("nvlink2", "ib_edr"), 1 * MiB
+    got = allreduce_cost(n_bytes, cluster, CommSpec("nccl", "ring")).time_s
+    graph = nccl.ring_graph(cluster)
+    model_s = nccl.model_time_us("allreduce", n_bytes, cluster, "ring", "LL128") * 1e-6
+    # tuning.cc: 14 us + (14 - 8 network steps) x 1.9 us + 8 x 4.0 us; the bandwidth term alone
+    hops_s = ((2 * 7 - 2 * 4) * 1.9 + 2 * 4 * 4.0) * 1e-6
+    assert nccl._latency_us("ring", "LL128", "allreduce", cluster, graph) == pytest.approx(14.0 + hops_s * 1e6)
+    assert model_s - hops_s < got < model_s
 
 
 def test_the_protocol_follows_the_bucket_and_the_strategy():
@@ -192,13 +191,14 @@ def example(fidelity: str, flow_engine: str = "auto"):
         "simulation": {"fidelity": fidelity, "flow_engine": flow_engine}})
 
 
-def test_small_buckets_on_nvlink_and_infiniband_detailed_within_ten_percent_of_fast():
-    """Two buckets of ~0.65 MB (fp16) over 4 nodes x 2 V100: before, every step paid the network's
-    Simple hop latency (+46 %); measured now -9.6 % (the LL128 hop latencies hide partly under
-    the transfers, which the fast path adds)."""
+def test_small_buckets_on_nvlink_and_infiniband_detailed_within_one_percent_of_fast():
+    """Two buckets of ~0.65 MB (fp16) over 4 nodes x 2 V100: once every step paid the network's
+    Simple hop latency (+46 %), then the detailed ring hid the LL128 hop latencies the fast path
+    added (-9.6 %); both now run the same schedule (measured -0.13 %: the iteration's other
+    buckets and their overlap with backward)."""
     fast = simulate(example("fast"))
     detailed = simulate(example("detailed"))
     event = simulate(example("detailed", "event"))
-    assert detailed.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=0.10)
+    assert detailed.iteration_time_s == pytest.approx(fast.iteration_time_s, rel=0.01)
     assert event.iteration_time_s == pytest.approx(detailed.iteration_time_s, rel=1e-9)
     assert detailed.bytes_by_link["inter"] == pytest.approx(fast.bytes_by_link["inter"], rel=1e-9)

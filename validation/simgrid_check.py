@@ -5,7 +5,7 @@ and platforms", JPDC 2014) is a flow-level simulator no one here wrote, validate
 networks. Debian's python3-simgrid 3.32 runs under the system python3, so each case runs
 validation/simgrid_runner.py there as a subprocess (``simgrid_python()`` finds that interpreter).
 
-Two checks, on PGFTs of 16 to 256 hosts (one NIC per host):
+Three checks. On PGFTs of 16 to 256 hosts (one NIC per host):
 - routes: SimGrid builds the fat tree itself (its FatTree zone from the same PGFT numbers) and
   routes it; scalebench's fabric with ``routing: d-mod-k`` must take the same cables, hop by hop,
   for every pair (``compare_routes``).
@@ -16,6 +16,12 @@ Two checks, on PGFTs of 16 to 256 hosts (one NIC per host):
   20537 B, a window of 4 MiB / (2 x latency)). Latency sits on the hosts' links (switch hops add
   none), so every route has the same latency and CM02's sharing, weighted by route latency
   (network_cm02.cpp: ``sharing_penalty_ = latency``), is plain max-min as scalebench's is.
+And on NCCL rings of V100 nodes (NVLink 2 inside, EDR between):
+- library rings: one ring allreduce of a pipelined library (a hop's latency delays the data, not
+  the sender: sim.costs.comm.ring_latency) with every edge's rate and delay as the detailed mode
+  has them; SimGrid runs it as a transfer that holds the sender plus a notice that reaches the
+  receiver the edge's delay later (simgrid_runner.py's ``library_ring``). The detailed mode's ring
+  and the fast path's NCCL cost must both give SimGrid's time (``compare_library_rings``).
 """
 
 from __future__ import annotations
@@ -242,6 +248,101 @@ def compare_routes(case: Case, python: str, pairs: list[tuple[int, int]] | None 
     return len(pairs), mismatches
 
 
+# -- library rings: the mechanism both engines model ------------------------------------------
+
+LIBRARY_RINGS = (
+    # (label, GPUs, GPUs per node, bytes): the smallest ring where latency and transfer are alike,
+    # and two larger ones
+    ("2 nodes x 2 V100, 256 KiB", 4, 2, 256 * 1024),
+    ("2 nodes x 8 V100, 1 MiB", 16, 8, 1024 * 1024),
+    ("8 nodes x 8 V100, 4 MiB", 64, 8, 4 * 1024 * 1024),
+)
+LIBRARY_RING_TOLERANCE = 1e-6
+
+
+def library_ring_cluster(gpus: int, per_node: int):
+    from sim.config import scenario_from_dict
+
+    return scenario_from_dict({"workload": {"model": "resnet50"},
+                               "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100",
+                                           "intra_link": "nvlink2", "inter_link": "ib_edr"}}).cluster
+
+
+def library_ring_spec(cluster, n_bytes: float) -> dict:
+    """SimGrid's ``library_ring`` for an NCCL ring allreduce of ``n_bytes`` over ``cluster`` (node-major,
+    one switch): per edge the rate its per-flow link gives a connection (sim.costs.comm.per_flow_cluster,
+    slowed by the protocol's pace) and its delay, the link's alpha + NCCL's hop latency of the
+    protocol its tuner picks (sim.costs.comm.ring_latency); 2(n-1) steps of S/n."""
+    from sim.costs.comm import CommSpec, per_flow_cluster, ring_latency
+
+    spec = CommSpec("nccl", "ring")
+    lat = ring_latency("allreduce", n_bytes, cluster, spec)
+    flow = per_flow_cluster(cluster, spec)
+    n, g = cluster.world_size, cluster.gpus_per_node
+    wire, delay = [], []
+    for i in range(n):
+        inside = i % g != g - 1
+        link = flow.intra_link if inside else flow.inter_link
+        wire.append(link.effective_Bps / lat.pace)
+        delay.append(link.alpha_s + (lat.intra_hop_s if inside else lat.inter_hop_s))
+    return {"platform": "library_ring", "model": "CM02", "optim": "Full", "cfg": list(EXACT), "tcp_gamma": 1e18,
+            "wire_Bps": wire, "delay_s": delay, "steps": 2 * (n - 1), "bytes": n_bytes / n, "base_s": lat.base_s,
+            "protocol": lat.protocol}
+
+
+def detailed_ring_s(cluster, n_bytes: float, flow_engine: str = "event") -> float:
+    """The detailed mode's NCCL ring allreduce of ``n_bytes`` over every rank, alone on one switch."""
+    import simpy
+
+    from sim.costs.comm import CommSpec, per_flow_cluster, ring_latency_for
+    from sim.engine.detailed_collectives import Collectives
+    from sim.engine.flows import ClusterNetwork
+    from sim.engine.periodic import PeriodicCollectives
+
+    spec = CommSpec("nccl", "ring")
+    env = simpy.Environment()
+    net = ClusterNetwork(env, per_flow_cluster(cluster, spec))
+    engine = Collectives if flow_engine == "event" else PeriodicCollectives
+    coll = engine(env, net, latency=ring_latency_for(cluster, spec))
+    members = list(range(cluster.world_size))
+    ends: list[float] = []
+
+    def rank(pos: int):
+        yield from coll.ring_allreduce(members, pos, n_bytes, "bucket")
+        ends.append(env.now)
+
+    for pos in members:
+        env.process(rank(pos))
+    env.run()
+    return max(ends)
+
+
+def compare_library_rings(python: str, rings=LIBRARY_RINGS) -> list[dict]:
+    """One row per ring: SimGrid's time, the detailed mode's (event and periodic engines) and the fast path's."""
+    from sim.costs.comm import CommSpec, allreduce_cost
+
+    rows = []
+    for label, gpus, per_node, n_bytes in rings:
+        cluster = library_ring_cluster(gpus, per_node)
+        spec = library_ring_spec(cluster, n_bytes)
+        theirs = run_simgrid(spec, python)["time_s"]
+        fast = allreduce_cost(n_bytes, cluster, CommSpec("nccl", "ring")).time_s
+        rows.append({"case": label, "protocol": spec["protocol"], "simgrid_s": theirs,
+                     "event_s": detailed_ring_s(cluster, n_bytes, "event"),
+                     "periodic_s": detailed_ring_s(cluster, n_bytes, "periodic"), "fast_s": fast})
+    return rows
+
+
+def library_report(rows: list[dict]) -> str:
+    lines = [f"{'NCCL ring allreduce':<28} {'proto':<7} {'SimGrid':>10} {'event':>10} {'periodic':>10} {'fast path':>10}",
+             f"{'':<28} {'':<7} {'us':>10} {'vs SimGrid':>10} {'vs SimGrid':>10} {'vs SimGrid':>10}"]
+    for r in rows:
+        t = r["simgrid_s"]
+        lines.append(f"{r['case']:<28} {r['protocol']:<7} {t * 1e6:>10.3f} {100 * (r['event_s'] / t - 1):>+9.3f}% "
+                     f"{100 * (r['periodic_s'] / t - 1):>+9.3f}% {100 * (r['fast_s'] / t - 1):>+9.3f}%")
+    return "\n".join(lines) + "\n"
+
+
 def report(rows: list[dict]) -> str:
     head = f"{'case':<36} {'pattern':<23} {'SimGrid model':<14} {'scalebench':>11} {'SimGrid':>11} {'diff':>8} {'w/ factors':>10}"
     lines = [head, f"{'':<36} {'':<23} {'':<14} {'ms':>11} {'ms':>11} {'%':>8} {'%':>10}"]
@@ -270,6 +371,13 @@ def run_suite(python: str, cases=CASES, models: tuple[str, ...] = tuple(MODELS),
         failures += [f"{r['case']} {r['pattern']}: {100 * r['diff']:+.2f} % against CM02" for r in case_rows
                      if r["model"] == "CM02" and abs(r["diff"]) > TOLERANCE]
     text = report(rows)
+    library = compare_library_rings(python)
+    text += "\n" + library_report(library)
+    for r in library:
+        for engine in ("event_s", "periodic_s", "fast_s"):
+            if abs(r[engine] / r["simgrid_s"] - 1) > LIBRARY_RING_TOLERANCE:
+                failures.append(f"{r['case']}: {engine[:-2]} {100 * (r[engine] / r['simgrid_s'] - 1):+.4f} % against SimGrid")
     text += ("\nPASS: every route is SimGrid's; every CM02 time within "
-             f"{100 * TOLERANCE:g} %\n" if not failures else "\nFAIL:\n  " + "\n  ".join(failures) + "\n")
+             f"{100 * TOLERANCE:g} %; every library ring within {LIBRARY_RING_TOLERANCE:g}\n" if not failures
+             else "\nFAIL:\n  " + "\n  ".join(failures) + "\n")
     return (1 if failures else 0), text

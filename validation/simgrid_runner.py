@@ -7,6 +7,12 @@ The platform is either SimGrid's own fat tree (``"platform": "fat_tree"``: a Fat
 PGFT numbers, every link ``bandwidth_Bps``/``latency_s``, split-duplex; SimGrid routes it) or a
 full zone built from the spec (``"platform": "routes"``: one host per NIC port with a tx and an rx
 link, the fabric's directed links, and the given route of every pair the pattern uses).
+A third platform, ``"library_ring"``, is one ring of a pipelined collective library (NCCL: a hop's
+latency delays the data, not the sender): member i's send to i + 1 is a transfer of ``bytes`` over
+its own wire (``wire_Bps[i]``, no latency) to a relay host, which holds the sender for the bytes'
+time alone; when it is done the sender posts a zero-byte notice to i + 1 over a link of latency
+``delay_s[i]`` (the link's alpha + the library's hop latency), and i + 1 may use step k once that
+notice is in. Every member waits ``base_s`` before its first step (the library's base latency).
 Patterns (``"pattern"``) mirror sim/engine/patterns.py: ring (no barrier: send to the next port,
 receive from the previous, both done before the next step), tree (binary reduce then broadcast),
 alltoall (every message at once), alltoall_pairwise (n - 1 rounds, in round k port i sends to
@@ -54,6 +60,48 @@ def build_routes(spec, hosts):
     zone.seal()
 
 
+def build_library_ring(spec, hosts):
+    zone = sg.NetZone.create_full_zone("library_ring")
+    m = len(spec["wire_Bps"])
+    members = [zone.create_host(f"r{i}", 1e9) for i in range(m)]
+    relays = [zone.create_host(f"x{i}", 1e9) for i in range(m)]
+    for host in members + relays:
+        host.seal()
+    for i in range(m):
+        hosts[i], hosts[m + i] = members[i], relays[i]
+        # a latency of 1e-15 s rather than 0: CM02 weighs a flow's share by its route's latency
+        wire = zone.create_link(f"e{i}.wire", spec["wire_Bps"][i]).set_latency(1e-15).seal()
+        delay = zone.create_link(f"e{i}.delay", 1e18).set_latency(spec["delay_s"][i]).seal()
+        zone.add_route(members[i].netpoint, relays[i].netpoint, None, None, [sg.LinkInRoute(wire)], False)
+        zone.add_route(members[i].netpoint, members[(i + 1) % m].netpoint, None, None, [sg.LinkInRoute(delay)], False)
+    zone.seal()
+
+
+def run_library_ring(engine, hosts, spec):
+    m, steps, size = len(spec["wire_Bps"]), spec["steps"], int(spec["bytes"])
+    ends, actors = [], []
+    boxes = [sg.Mailbox.by_name(f"in{i}") for i in range(m)]
+
+    def member(i):
+        notices = []
+        sg.this_actor.sleep_for(spec["base_s"])
+        for k in range(steps):
+            wire = sg.Comm.sendto_async(hosts[i], hosts[m + i], size)
+            received, _ = boxes[i].get_async()
+            wire.wait()  # the bytes have left: tell i + 1, delay_s[i] from now
+            notices.append(boxes[(i + 1) % m].put_async(k, 0))
+            received.wait()
+        ends.append(engine.clock)
+        sg.Comm.wait_all(notices)  # an actor's end would cancel its notices still on their way
+
+    for i in range(m):
+        actors.append(sg.Actor.create(f"member{i}", hosts[i], member, i))
+    for i in range(m):
+        boxes[i].set_receiver(actors[i])
+    engine.run()
+    return max(ends)
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as handle:
         spec = json.load(handle)
@@ -67,6 +115,10 @@ def main():
         cfg.append(f"--cfg=network/TCP-gamma:{spec['tcp_gamma']}")
     engine = sg.Engine([sys.argv[0], *cfg])
     hosts = {}
+    if spec["platform"] == "library_ring":
+        build_library_ring(spec, hosts)
+        print(json.dumps({"time_s": run_library_ring(engine, hosts, spec)}))
+        return
     (build_fat_tree if spec["platform"] == "fat_tree" else build_routes)(spec, hosts)
     out = {"routes": {}}
     for src, dst in spec.get("dump_routes", []):

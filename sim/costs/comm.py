@@ -202,7 +202,9 @@ def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> Rin
     t = nccl.tables(spec.options())
     graph = nccl.ring_graph(group, t)
     base_us, intra_us, inter_us = nccl.ring_hop_latencies_us(proto, group, graph, t)
-    f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph, t) * 1e-6
+    # tuning.cc's plateau factor, and a latency factor measured for this protocol on these links
+    # (scalebench calibrate --from-nccl-tests), as the fast path's ring applies them
+    f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph, t) * nccl.fitted_factors(group, proto)[1] * 1e-6
     return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto,
                        nccl.ring_pace_factor(op, proto, n_bytes, group, spec.options()))
 

@@ -10,6 +10,10 @@ get 1/o of a NIC", sim.cluster.Cluster) and the longest path's extra switch hops
 inter_link's latency, for the pattern that carries data-parallel training: the node-major ring
 over the placement (node k sends to node k+1, split over NIC j -> NIC j). Formula and its source:
 the max-min share of symmetric flows on a link, Bertsekas & Gallager, *Data Networks* sec. 6.5.2.
+A ring whose steps wait for every edge (a plain ring: each step as long as its slowest edge) pays
+the longest path's latency at every step; a pipelined library's ring (sim.costs.backends.ring_maxplus)
+pays each edge's own latency as its data passes it, so its chain sums the edges' latencies: the
+mean over the ring's edges (``mean_extra_latency_s``) is its figure.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ class TierView:
     """max(1, max_l B x load_l / C_l): what the bottleneck tier divides a NIC's rate by."""
     extra_latency_s: float
     """The longest path's hop latencies beyond the NICs' first switch."""
+    mean_extra_latency_s: float
+    """The mean over the pattern's node-to-node messages of their hop latencies (a message's: its
+    slowest NIC's path), 0 where none crosses a switch."""
     bottleneck: str
     """The tier of the link that sets load_factor ('nic' when no fabric link binds)."""
     loads: dict[int, float]
@@ -44,18 +51,25 @@ def flows_view(fabric: Fabric, pairs: Sequence[tuple[int, int, int, int]], nic_B
             demand[key] = demand.get(key, 0) + 1
     loads: dict[int, float] = {}
     extra = 0.0
+    latency_of: dict[tuple[int, int], float] = {}
     for (s, t), count in demand.items():
         shares, latency = router.spread(s, t)
+        latency_of[(s, t)] = latency
         extra = max(extra, latency)
         for link, share in shares.items():
             loads[link] = loads.get(link, 0.0) + count * share
+    messages: dict[tuple[int, int], float] = {}  # (src slot, dst slot) -> its slowest NIC's latency
+    for a, i, b, j in pairs:
+        key = (fabric.host_ports[a][i], fabric.host_ports[b][j])
+        messages[(a, b)] = max(messages.get((a, b), 0.0), latency_of.get(key, 0.0))
+    mean = sum(messages.values()) / len(messages) if messages else 0.0
     factor, neck = 1.0, "nic"
     for link, load in loads.items():
         kind = fabric.kinds[fabric.cables[link // 2][2]]
         f = nic_Bps * load / kind.link.effective_Bps
         if f > factor * (1 + 1e-12):
             factor, neck = f, kind.tier
-    return TierView(factor, extra, neck, loads)
+    return TierView(factor, extra, mean, neck, loads)
 
 
 def ring_pairs(slots: Sequence[int], nics: int) -> list[tuple[int, int, int, int]]:

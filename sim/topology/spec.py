@@ -77,6 +77,9 @@ class Topology:
     ring_load: float = 1.0
     """What ``sim.costs.tiers.ring_view`` found: folded into the cluster's inter_link latency and
     oversubscription, which the fast path reads."""
+    ring_mean_extra_latency_s: float = 0.0
+    """The mean over the ring's edges of their switch hops' latency: what a pipelined library's
+    ring pays per edge (sim.costs.backends.nccl), where a plain ring pays the longest at every step."""
 
     def slot_of_node(self, node: int) -> int:
         return self.slot_order[node]

@@ -124,6 +124,17 @@ def ring_rate_Bps(group: Cluster, inter_streams_per_node: int, inter_threads_per
     return min(rates) if rates else float("inf")
 
 
+def ring_edge_latency_s(group: Cluster) -> float:
+    """The inter-node link's latency as a pipelined ring's edges pay it, on average: the cluster's
+    inter_link holds the fabric's extra switch hops on the ring's longest path (sim.costs.tiers,
+    what a plain ring waits for at every step); a pipelined ring pays each edge's own as its data
+    passes, so their mean (``Topology.ring_mean_extra_latency_s``) stands in for the longest."""
+    topology, latency = group.topology, group.inter_link.latency_s
+    if topology is None or latency < topology.ring_extra_latency_s:
+        return latency
+    return latency - topology.ring_extra_latency_s + topology.ring_mean_extra_latency_s
+
+
 def ring_hop_link(group: Cluster) -> Link:
     """The link class of a ring's slowest hop for latency: the network when it spans nodes."""
     return group.inter_link if group.nodes > 1 else group.intra_link

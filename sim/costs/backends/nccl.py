@@ -14,10 +14,14 @@ node.
 The prediction then runs the chosen algorithm on the cluster's real links: the same latency
 terms, but the bandwidth of the hardware and transport (sim/costs/transports.py: NCCL's socket
 transport opens NCCL_NSOCKS_PERTHREAD x NCCL_SOCKET_NTHREADS streams per connection, one
-connection per channel) put through the same protocol refinements, and a ring pipelined over
-its run-time channels (common.pipelined_s), so that a link's propagation delay is paid per
-hop only where the pipeline cannot hide it. Over verbs (InfiniBand, RoCE) a connection keeps at
-most NCCL_STEPS of its buffer's slots in flight (``verbs_window_Bps``).
+connection per channel) put through the same protocol refinements. A ring allreduce, reduce-
+scatter or allgather runs as the schedule of a pipelined library (``_pipelined_ring_s``,
+``ring_maxplus``): every step's transfer on its own edge class, each hop's latency (the link's,
+tuning.cc's hwLat, the transport's per-message cost) on the data's way, not added to the
+transfer as the tuner's formula adds it; trees, NVLS and chains are pipelined over their
+chunks (common.pipelined_s), so that a link's propagation delay is paid per hop only where the
+pipeline cannot hide it. Over verbs (InfiniBand, RoCE) a connection keeps at most NCCL_STEPS of
+its buffer's slots in flight (``verbs_window_Bps``).
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from sim.costs.backends.common import (
     alltoall_bytes_by_link,
     alltoall_s,
     end_to_end,
+    inter_node_Bps,
     library_ops,
     pipelined_s,
     ring_bytes_by_link,
+    ring_edge_latency_s,
     ring_hop_link,
     ring_rate_Bps,
     ring_steps,
@@ -58,6 +64,7 @@ from sim.costs.backends.nccl_tables import (
     known_versions,
     tables_for,
 )
+from sim.costs.backends.ring_maxplus import cut_through_ring_s
 from sim.costs.transports import cold_start_s, connection_Bps, rtt_s
 from sim.errors import ConfigError
 
@@ -492,7 +499,7 @@ def time_parts(op: str, n_bytes: float, group: Cluster, options: CommOptions | N
         cost = _alltoall(n_bytes, group, options)
         latency = _alltoall(1e-30, group, options).time_s
         return cost.protocol, latency, cost.time_s - latency
-    _, proto, lat_s, transfer_s, _ = _collective_parts(op, n_bytes, group, options)
+    _, proto, lat_s, transfer_s, _ = _collective_parts(op, n_bytes, group, options, split=True)
     return proto, lat_s, transfer_s
 
 
@@ -503,8 +510,11 @@ def _collective(op: str, n_bytes: float, group: Cluster, options: CommOptions) -
     return CommCost(lat_s + transfer_s, algo, proto, by_link)
 
 
-def _collective_parts(op: str, n_bytes: float, group: Cluster,
-                      options: CommOptions) -> tuple[str, str, float, float, dict[str, float]]:
+def _collective_parts(op: str, n_bytes: float, group: Cluster, options: CommOptions,
+                      split: bool = False) -> tuple[str, str, float, float, dict[str, float]]:
+    """(algorithm, protocol, latency s, transfer s, bytes by link class). A pipelined ring's time
+    is one schedule, its latencies inside it; with ``split`` its latency term is what NCCL's
+    latencies add to that schedule (the fitted latency factor's share), else NCCL's base latency."""
     n = group.world_size
     t = tables(options)
     algo, proto = choose(op, n_bytes, group, options)
@@ -512,12 +522,23 @@ def _collective_parts(op: str, n_bytes: float, group: Cluster,
     inter_streams, inter_threads = ring_streams(group, graph, options)
     bus_bw = _hardware_busbw_GBps(op, algo, proto, group, graph, options) * 1e9
     alg_bw = _tree_correction(_algbw(bus_bw, algo, op, n), algo, proto, n_bytes, t)
-    lat_s = _latency_us(algo, proto, op, group, graph, t) * latency_factor(algo, proto, op, n_bytes, group, graph, t) * 1e-6
+    factor = latency_factor(algo, proto, op, n_bytes, group, graph, t)
+    lat_s = _latency_us(algo, proto, op, group, graph, t) * factor * 1e-6
     hop = ring_hop_link(group)
     inter_hops = (2 * group.nodes if op == "allreduce" else group.nodes - 1) if group.nodes > 1 else 0
     lat_s += inter_hops * group.inter_link.software_latency_s  # the transport's own per-message cost
-    lat_s *= fitted_factors(group, proto)[1]
-    if algo == "ring":
+    lat_factor = fitted_factors(group, proto)[1]
+    lat_s *= lat_factor
+    if algo == "ring" and op in PIPELINED_RING_OPS:
+        # the hop latencies are inside the ring's schedule (they delay the data, not the sender)
+        lat_s = t.base_lat_us["ring"][proto] * factor * lat_factor * 1e-6
+        ring = (op, proto, n_bytes, group, graph, factor, (inter_streams, inter_threads), alg_bw, t)
+        wire = _pipelined_ring_s(*ring, lat_factor)
+        if split:  # the measured-factor fit's two terms: what the library's latencies add, the rest
+            bare = _pipelined_ring_s(*ring, 0.0)
+            lat_s, wire = lat_s + wire - bare, bare
+        by_link = ring_bytes_by_link(ring_volume_bytes(op, n_bytes, n), group)
+    elif algo == "ring":  # reduce and broadcast: a pipelined chain
         volume = ring_volume_bytes(op, n_bytes, n)
         steps = ring_steps(op, n)
         channels = graph.runtime_channels
@@ -547,6 +568,84 @@ def _collective_parts(op: str, n_bytes: float, group: Cluster,
         cold = cold_start_s(group.inter_link, ring_volume_bytes(op, n_bytes, n) if algo == "ring" else n_bytes,
                             inter_streams, options.idle_s, inter_threads)
     return algo, proto, lat_s, wire + cold, by_link
+
+
+def granule_bytes(proto: str, t: NcclTables = DEFAULT) -> float:
+    """What a ring's receiver gets whole before it passes it on, per channel: a slice of the Simple
+    protocol's buffer (ALLREDUCE_SLICESTEPS = NCCL_STEPS / 4 steps of buffsize / NCCL_STEPS, 1 MiB
+    of the default 4 MiB: prims_simple.h waits and posts per slice), one step of the LL and LL128
+    buffers (their data per step, ``chunk_bytes``)."""
+    if proto == "Simple":
+        return t.simple_buffsize_bytes / t.nccl_steps * max(1, t.nccl_steps // 4)
+    return t.chunk_bytes[proto]
+
+
+PIPELINED_RING_OPS = ("allreduce", "reduce_scatter", "allgather")
+"""The ring operations whose every step depends on the step before it at the predecessor: their
+schedule is the timed event graph of ring_maxplus (a reduce or broadcast is a chain instead)."""
+
+
+def _pipelined_ring_s(op: str, proto: str, n_bytes: float, group: Cluster, graph: Graph, factor: float,
+                      streams: tuple[int, int | None], alg_bw: float, tab: NcclTables = DEFAULT,
+                      lat_scale: float = 1.0) -> float:
+    """The time of a ring ``op`` after NCCL's base latency: its steps as the timed event graph of
+    a pipelined library (``ring_maxplus.cut_through_ring_s``) and, for a message of several of
+    runRing's loops, the chain of its chunks through every hop (``pipelined_s``' chain: the slot
+    window of NCCL_STEPS buffers such messages wait on), the longer of the two.
+
+    Each edge class c (inside a node, across the network) has its own figures, as the detailed
+    mode's flows have them: a step moves S/n x pace (the protocol's ceiling and runRing's chunk
+    rounding, ``ring_pace_factor``) at the class's rate R_c (the intra-node link for one flow;
+    the node's NICs with the ring's streams), holding its sender t_c = pace S / (n R_c); its
+    latency l_c is the link's latency + tuning.cc's hop latency of the class (hwLat x the plateau
+    factor) + the transport's per-message software latency. A receiver passes a step on per
+    granule: one slice of the protocol's buffer per channel (``granule_bytes``; a step of at most
+    that per channel goes on whole), u_c = t_c x min(1, granule / (S / (n channels))).
+    NCCL's tuner adds every hop's latency to the transfer (latency + bytes / bandwidth); in the
+    ring one edge's latency passes while other edges transfer, so a ring pays max(K t_max + one
+    crossing, the data's chain of K hops), not their sum (SimGrid, running the same mechanism,
+    gives the same time: ``scalebench validate --suite simgrid``, its library rings). ``lat_scale``
+    multiplies tuning.cc's hop latencies (a measured latency factor, ``fitted_factors``; 0: none)."""
+    n, g, nodes = group.world_size, group.gpus_per_node, group.nodes
+    steps = ring_steps(op, n)
+    volume = ring_volume_bytes(op, n_bytes, n)
+    channels, threads = graph.runtime_channels, ring_threads(proto, graph.channels * graph.bw, tab)
+    rate = volume / (n_bytes / alg_bw)
+    hw_Bps = ring_rate_Bps(group, *streams)
+    busiest = _ring_busiest_volume(op, proto, n_bytes, volume, steps, channels, threads, n, tab)
+    pace = max(1.0, busiest / volume * hw_Bps / rate)
+    _, intra_us, inter_us = ring_hop_latencies_us(proto, group, graph, tab)
+    intra, inter = group.intra_link, group.inter_link
+    intra_Bps = connection_Bps(intra, 1) if g > 1 else hw_Bps
+    inter_latency_s = ring_edge_latency_s(group) if nodes > 1 else intra.latency_s
+    lat_intra = intra.latency_s + intra_us * factor * lat_scale * 1e-6 + intra.software_latency_s
+    if nodes == 1:  # every edge, the wrap-around too, inside the node
+        period = n
+        inter_Bps, lat_inter = intra_Bps, lat_intra
+    else:
+        period = g
+        inter_Bps = inter_node_Bps(group, *streams)
+        lat_inter = inter_latency_s + inter_us * factor * lat_scale * 1e-6 + inter.software_latency_s
+    per_step = n_bytes / (channels * n)  # one channel's share of a step
+    whole = min(1.0, granule_bytes(proto, tab) / per_step)
+    step_bytes = pace * volume / steps
+    t = [step_bytes / intra_Bps] * (period - 1) + [step_bytes / inter_Bps]
+    lat = [lat_intra] * (period - 1) + [lat_inter]
+    ring = cut_through_ring_s(steps, t, [whole * x for x in t], lat)
+    chunk = tab.chunk_bytes[proto]
+    loops = max(1, math.ceil(per_step / chunk))
+    if loops == 1:
+        return ring
+    # several loops: each chunk (``unit``) crosses every hop in sequence, a hop's propagation on
+    # every loop, its software and library latency once per step (the chain of pipelined_s, per class)
+    unit_s = min(chunk, per_step) / rate
+    crossings = steps if period == 1 else (-(-steps // period) if nodes > 1 else 0)
+    inter_prop = inter_latency_s if nodes > 1 else intra.latency_s
+    chain = (loops * ((steps - crossings) * (intra.latency_s + unit_s * hw_Bps / intra_Bps)
+                      + crossings * (inter_prop + unit_s * hw_Bps / inter_Bps))
+             + (steps - crossings) * (lat_intra - intra.latency_s) + crossings * (lat_inter - inter_prop)
+             + inter_prop)
+    return max(ring, chain)
 
 
 def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster, options: CommOptions | None = None) -> float:
