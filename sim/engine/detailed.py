@@ -46,7 +46,8 @@ MAX_EVENT_WORLD_SIZE = 256
 """The event engine's limit (a 256-rank ring of ResNet-50 takes seconds; it grows as n^2);
 periodic rings go further, and the fast path is the tool beyond (identical ranks)."""
 MAX_DETAILED_WORLD_SIZE = 65536
-"""Periodic rings: 16,384 ranks take well under a minute (docs/topology.md's scale table)."""
+"""Periodic rings, and pipelines by replicas: 16,384 ranks take well under a minute
+(docs/topology.md's scale table)."""
 FLOW_ENGINES = ("auto", "event", "periodic")
 TRACED_RANKS = 8
 """Ranks whose compute and comm spans are recorded: traces of big clusters stay readable."""
@@ -163,12 +164,12 @@ def check_detailed(scenario: Scenario) -> None:
     if engine not in FLOW_ENGINES:
         raise ConfigError("simulation.flow_engine", engine, FLOW_ENGINES)
     limit = MAX_DETAILED_WORLD_SIZE
-    if engine == "event" or not _ring_based(scenario) or scenario.strategy.model_parallel:
+    if engine == "event" or not _ring_based(scenario):
         limit = MAX_EVENT_WORLD_SIZE
     if n > limit:
         what = "the event engine" if limit == MAX_EVENT_WORLD_SIZE else "simulation.fidelity=detailed"
-        raise ConfigError("cluster.gpus", n, f"at most {limit} with {what} (periodic rings take ring, hierarchical "
-                          "and codec rings further; use fidelity fast for larger clusters)",
+        raise ConfigError("cluster.gpus", n, f"at most {limit} with {what} (periodic rings and pipelines by replicas "
+                          "take ring, hierarchical and codec rings further; use fidelity fast for larger clusters)",
                           related=("simulation.fidelity",))
     if scenario.strategy.model_parallel or scenario.strategy.micro_batches > 1:
         from sim.engine.detailed_pipeline import check_detailed_pipeline

@@ -218,12 +218,14 @@ class Collectives:
         yield self.ring(members, pos, m - 1, chunk_bytes, (tag, "allgather"), concurrent=concurrent,
                         latency=self.ring_latency("allgather", chunk_bytes * m, members))
 
-    def hierarchical_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0):
+    def hierarchical_allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float = 0.0,
+                               concurrent: Sequence[Sequence[int]] | None = None):
         """Intra-node reduce-scatter, inter-node allreduce of the S/g shard, intra-node allgather.
-        ``members`` are node-major with the same count g on every node they occupy."""
+        ``members`` are node-major with the same count g on every node they occupy; one member per
+        node (or one node) is the flat ring, sharing links with ``concurrent`` as a flat ring does."""
         nodes, g, in_nodes, acrosses = self._layout(members)
         if g == 1 or len(nodes) == 1:
-            yield from self.ring_allreduce(members, pos, n_bytes, tag, sum_s)
+            yield from self.ring_allreduce(members, pos, n_bytes, tag, sum_s, concurrent)
             return
         node_index, local = divmod(pos, g)
         in_node, across = in_nodes[node_index], acrosses[local]

@@ -99,36 +99,39 @@ class GradientSync:
         if hook is not None:
             hook(name, start)
 
-    def _allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float):
+    def _allreduce(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, sum_s: float,
+                   concurrent: Sequence[Sequence[int]] | None = None):
         coll, rank = self.coll, members[pos]
         if self.collective == "ring":
-            yield from coll.ring_allreduce(members, pos, n_bytes, tag, sum_s)
+            yield from coll.ring_allreduce(members, pos, n_bytes, tag, sum_s, concurrent)
         elif self.collective == "hierarchical":
-            yield from coll.hierarchical_allreduce(members, pos, n_bytes, tag, sum_s)
+            yield from coll.hierarchical_allreduce(members, pos, n_bytes, tag, sum_s, concurrent)
         else:
             yield from coll.ps_push_pull(rank, n_bytes, tag, self.servers)
             m = len(members)
             yield from self._work(rank, (m - 1) / m * sum_s, "sum", None)
 
     def bucket(self, members: Sequence[int], pos: int, n_bytes: float, tag: Any, hook: SpanHook | None = None,
-               encoded: bool = False):
+               encoded: bool = False, concurrent: Sequence[Sequence[int]] | None = None):
         """``members[pos]``'s part of reducing one bucket of ``n_bytes`` (compute dtype) over ``members``.
         ``encoded``: the caller's compute stream already did the work before the collective
-        (``sim.engine.plan.bucket_encode_s``); it is counted as codec time, not run again."""
+        (``sim.engine.plan.bucket_encode_s``); it is counted as codec time, not run again.
+        ``concurrent``: the groups (``members`` among them) whose flat rings run at the same moment
+        and share links (the periodic engine's max-min set; the event engine sees it by itself)."""
         if len(members) == 1 or n_bytes <= 0:
             return
         rank, m, codec = members[pos], len(members), self.codec
         if codec is None:
-            yield from self._allreduce(members, pos, n_bytes, tag, 0.0)
+            yield from self._allreduce(members, pos, n_bytes, tag, 0.0, concurrent)
             return
         coll, gpu, src = self.coll, self.gpu, self.src_bytes
         elems = n_bytes / src
         feedback_s = error_feedback_time_s(elems, src, codec, gpu) if self.error_feedback else 0.0
         if self.path == "reduce_scatter":
-            yield from coll.ring_reduce_scatter(members, pos, n_bytes, tag)
+            yield from coll.ring_reduce_scatter(members, pos, n_bytes, tag, concurrent=concurrent)
             yield from self._work(rank, encode_time_s(elems / m, src, codec, gpu, self.encode_ns) + feedback_s,
                                   "encode", hook)
-            yield from coll.ring_allgather(members, pos, wire_bytes(elems, codec, tensors=m) / m, tag)
+            yield from coll.ring_allgather(members, pos, wire_bytes(elems, codec, tensors=m) / m, tag, concurrent)
             yield from self._work(rank, decode_sum_time_s(elems, 1, src, codec, gpu, 0.0, self.decode_ns), "decode", hook)
             return
         encode_s = encode_time_s(elems, src, codec, gpu, self.encode_ns) + feedback_s
@@ -137,11 +140,11 @@ class GradientSync:
         else:
             yield from self._work(rank, encode_s, "encode", hook)
         if self.path == "allgather":
-            yield from coll.ring_allgather(members, pos, wire_bytes(elems, codec), tag)
+            yield from coll.ring_allgather(members, pos, wire_bytes(elems, codec), tag, concurrent)
             decode_s = decode_sum_time_s(elems, m, src, codec, gpu, self.reduce_ns, self.decode_ns)
             yield from self._work(rank, decode_s, "decode + sum", hook)
             return
         before = coll.sum_busy_s[rank]
-        yield from self._allreduce(members, pos, wire_bytes(elems, codec), tag, elems * self.reduce_ns * 1e-9)
+        yield from self._allreduce(members, pos, wire_bytes(elems, codec), tag, elems * self.reduce_ns * 1e-9, concurrent)
         self.codec_busy_s[rank] += coll.sum_busy_s[rank] - before
         yield from self._work(rank, decode_sum_time_s(elems, 1, src, codec, gpu, 0.0, self.decode_ns), "decode", hook)

@@ -336,6 +336,10 @@ class ClusterNetwork:
         self.bytes_by_link: dict[str, float] = {"intra": 0.0, "inter": 0.0}
         self.sent_bytes: dict[int, float] = defaultdict(float)
         self.received_bytes: dict[int, float] = defaultdict(float)
+        self.replica_ranks, self.replicas = 0, 1
+        """Set by an engine that simulates one replica for ``replicas`` identical ones: a message
+        between two of the first ``replica_ranks`` ranks counts ``replicas`` times in
+        ``bytes_by_link`` (each replica sends its own); per-endpoint counts stay the rank's."""
         self._routes: dict[tuple[int, int], tuple[list[tuple[int, ...]], str, float]] = {}
         self._arrivals: dict[float, list[tuple[simpy.Event, object]]] = {}
         topology = cluster.topology
@@ -408,7 +412,8 @@ class ClusterNetwork:
     def count(self, src: int, dst: int, n_bytes: float, link_class: str) -> None:
         """Book ``n_bytes`` sent from ``src`` to ``dst`` (by ``transfer``, or by an engine that
         costs the message itself: sim.engine.periodic)."""
-        self.bytes_by_link[link_class] += n_bytes
+        copies = self.replicas if src < self.replica_ranks and dst < self.replica_ranks else 1
+        self.bytes_by_link[link_class] += n_bytes * copies
         self.sent_bytes[src] += n_bytes
         self.received_bytes[dst] += n_bytes
 

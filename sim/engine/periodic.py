@@ -139,22 +139,32 @@ class PeriodicCollectives(Collectives):
 
     def _solve(self, state: dict[str, Any], steps: int, chunk_bytes: float, sum_steps: int, step_sum_s: float,
                latency: RingLatency) -> None:
+        ends = self._ends(self.pattern(state["rings"]), state, steps, chunk_bytes, sum_steps, step_sum_s, latency)
+        now = self.env.now
+        for pos, event in enumerate(state["events"]):
+            timeout = self.env.timeout(max(0.0, float(ends[pos]) - now))
+            timeout.callbacks.append(_succeed(event))
+
+    def _ends(self, pattern: _Pattern, state: dict[str, Any], steps: int, chunk_bytes: float, sum_steps: int,
+              step_sum_s: float, latency: RingLatency, book: bool = True) -> np.ndarray:
+        """Every member's finish of the ring ``state`` with its flows' rates from ``pattern``; with
+        ``book``, the ring's bytes and busy time on the links, its local sums and what paced the
+        traced members are recorded (once per ring)."""
         members = state["members"]
         m = len(members)
-        pattern = self.pattern(state["rings"])
         edge_ids = np.asarray([pattern.index[(members[i], members[(i + 1) % m])] for i in range(m)])
         arrive, hold = pattern.delays(edge_ids, chunk_bytes, latency)
         sums_s = min(steps, sum_steps) * step_sum_s
+        # the library's base latency holds every member before its first step (as _RingPart's)
+        ends, pace = ring_ends(state["start"] + latency.base_s, arrive, steps, sums_s, hold)
+        if not book:
+            return ends
         if sums_s > 0:
             for r in members:
                 self.sum_busy_s[r] += sums_s
-        # the library's base latency holds every member before its first step (as _RingPart's)
-        ends, pace = ring_ends(state["start"] + latency.base_s, arrive, steps, sums_s, hold)
         self.rings_solved += 1
         self._book(pattern, edge_ids, members, steps, chunk_bytes, latency.pace)
-        now = self.env.now
-        for pos, event in enumerate(state["events"]):
-            rank = members[pos]
+        for pos, rank in enumerate(members):
             if rank < self.traced:
                 e = edge_ids[pace[pos]]
                 flow = pattern.slowest_flow[e]
@@ -162,8 +172,7 @@ class PeriodicCollectives(Collectives):
                 src, dst = pattern.edges[e]
                 self.delays[rank] = Delay(src, dst, self.net.flows.link_names[neck] if neck >= 0 else "own cap",
                                           float(pattern.rate[flow]))
-            timeout = self.env.timeout(max(0.0, float(ends[pos]) - now))
-            timeout.callbacks.append(_succeed(event))
+        return ends
 
     def _book(self, pattern: _Pattern, edge_ids: np.ndarray, members: Sequence[int], steps: int,
               chunk_bytes: float, pace: float = 1.0) -> None:

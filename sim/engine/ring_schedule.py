@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
-DIRECT_LIMIT = 1 << 16
-"""Step the recurrence directly while steps x members stays below this."""
+DIRECT_LIMIT = 64
+"""Step the recurrence directly while steps x members stays below this (the closed form is as
+fast from 8 members x 14 steps, 150 against 180 us, and 20x faster at 128 x 254)."""
 
 
 def ring_ends_direct(a: np.ndarray, d: np.ndarray, steps: int, sums_s: float = 0.0,
