@@ -182,6 +182,9 @@ MORE = {
                              "faults", None),
     "detailed-tree": (_yaml("workload: mlp\ncluster: {gpus: 4}\nstrategy: {collective: tree}\n"
                             "simulation: {fidelity: detailed}\n"), ["simulate", "c.yaml"], "simulation.fidelity", None),
+    "detailed-horovod-fusion": (_yaml("workload: mlp\ncluster: {gpus: 4}\nstrategy: {framework: horovod}\n"
+                                      "simulation: {fidelity: detailed}\n"), ["simulate", "c.yaml"], "simulation.fidelity",
+                                None),
     # output paths
     "trace-under-file": ({"afile": "x"}, ["simulate", "--trace", "afile/t.json"], "--trace", None),
     "trace-is-directory": ({"d/x": "x"}, ["simulate", "--trace", "d"], "--trace", None),

@@ -34,6 +34,7 @@ import simpy
 from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
 from sim.engine.attribution import exposed_terms
 from sim.engine.detailed_collectives import Collectives
+from sim.engine.detailed_scope import check_strategy_scope
 from sim.engine.detailed_sync import GradientSync, check_sync, detailed_collective, uses_collective
 from sim.engine.flows import ClusterNetwork
 from sim.engine.plan import IterationPlan, build_plan
@@ -163,6 +164,7 @@ def check_detailed(scenario: Scenario) -> None:
     engine = scenario.flow_engine
     if engine not in FLOW_ENGINES:
         raise ConfigError("simulation.flow_engine", engine, FLOW_ENGINES)
+    check_strategy_scope(scenario.strategy)
     limit = MAX_DETAILED_WORLD_SIZE
     if engine == "event" or not _ring_based(scenario):
         limit = MAX_EVENT_WORLD_SIZE
