@@ -152,3 +152,17 @@ def test_a_plain_ring_still_pays_the_longest_path_at_every_step():
     assert topology.ring_extra_latency_s == pytest.approx(4 * 0.3e-6)
     want = ((32 - 2) * 2 + 2 * 4) * 0.3e-6 / 512
     assert topology.ring_mean_extra_latency_s == pytest.approx(want, rel=1e-9)
+
+
+def test_the_bench_prints_both_engines_and_the_pipeline_rows(capsys):
+    """``scalebench bench --fidelity detailed`` at small sizes (no targets there): the data-parallel
+    table with the fast path's iteration beside the detailed one, then the pp x tp x dp table."""
+    from scalebench.cli import main
+
+    status = main(["bench", "--fidelity", "detailed", "--gpus", "64", "--pipeline-model", "gpt2_small",
+                   "--pipeline-gpus", "64", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "fast path" in out and "fast/det." in out
+    assert "gpt2_small, tp 8 x pp 4 x dp" in out and "replicas" in out and "periodic" in out
+    assert out.strip().splitlines()[-1].startswith("PASS")
