@@ -4,10 +4,11 @@ and validated as ``scalebench simulate`` builds it), on the fast path and in det
 - ``confirm``: the top candidates re-simulated on the fast path must give the planner's numbers
   (the planner caches and replays; this is the check that it changed nothing). A difference is
   a bug, raised, never printed as a result.
-- ``verify``: the top candidates in detailed mode (every rank, every flow). The detailed mode
-  refuses what it does not model (trees, NVLS, placed parameter servers, more than 256 GPUs):
-  those are 'not verifiable', with its reason. The ranking holds when the verifiable candidates
-  keep their order.
+- ``verify``: the top candidates in detailed mode (every rank's communication per flow; a
+  pipeline's replica 0 rank by rank and every replica's DP rings, at any size). The detailed mode
+  refuses what it does not model (trees, NVLS, placed parameter servers, the strategy fields
+  sim.engine.detailed_scope does not list): those are 'not verifiable', with its reason. The
+  ranking holds when the verifiable candidates keep their order.
 """
 
 from __future__ import annotations
