@@ -310,7 +310,7 @@ def test_a_1024_gpu_pipeline_runs_in_detailed_mode_and_sees_ecmp_collide_the_sta
     x dp 32. Routed by D-mod-k (no collisions) the detailed mode gives the fast path's iteration
     (within 1 %; measured 0.03 %). Routed by ECMP, four stages' DP rings leave each leaf for the
     next one, one connection per node pair, hashed onto 16 uplinks: where two land on one uplink
-    they share it, which the fast path's collision-free view cannot see (measured +14.5 %)."""
+    they share it, which the fast path's collision-free view cannot see (measured +15.7 %)."""
     fast = simulate(fat_tree_llm(1024, "fast"))
     spread = simulate(fat_tree_llm(1024, routing="d-mod-k"))
     hashed = simulate(fat_tree_llm(1024))

@@ -18,7 +18,8 @@ from sim.strategy import Strategy
 
 COVERED = frozenset({
     # labels and the library: what they set is in the fields below
-    "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread",
+    "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version",
+    "mpi_library",
     # gradient synchronisation (sim.engine.detailed_sync; collective and PS settings: check_sync)
     "collective", "ps_servers", "ps_mode", "ps_placement", "bucket_bytes", "first_bucket_bytes",
     "overlap", "double_buffering", "iteration_overhead_s", "comm_slows_compute",
@@ -27,10 +28,14 @@ COVERED = frozenset({
     # layouts (sim.engine.detailed_pipeline)
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
 })
-"""Strategy fields the detailed mode simulates. Not here, and refused when set: fusion_bytes and cycle_time_s
-(Horovod's fusion buffer copies and cycle ticks: the detailed comm streams reduce a bucket as
-it fills), ps_layout other than dedicated (its servers are dedicated hosts), the asynchronous
-PS's staleness settings, and any field added to the strategy after this list."""
+"""Strategy fields the detailed mode simulates (nccl_version: its rings run the release's tables,
+as the fast path's; mpi_library: the detailed mode runs the ring whatever MPI would choose). Not
+here, and refused when set: fusion_bytes and cycle_time_s (Horovod's fusion buffer copies and
+cycle ticks: the detailed comm streams reduce a bucket as it fills), negotiation (Horovod's
+coordination), mpi_gpu_buffers (MPI's host staging), ps_layout other than dedicated, ps_rpc and
+root_collective (its servers are dedicated hosts answering plain messages),
+concurrent_collectives, the asynchronous PS's staleness settings, and any field added to the
+strategy after this list."""
 
 VALUES = {
     "schedule": ("gpipe", "1f1b"),
