@@ -166,3 +166,26 @@ def test_the_bench_prints_both_engines_and_the_pipeline_rows(capsys):
     assert "fast path" in out and "fast/det." in out
     assert "gpt2_small, tp 8 x pp 4 x dp" in out and "replicas" in out and "periodic" in out
     assert out.strip().splitlines()[-1].startswith("PASS")
+
+
+@pytest.mark.parametrize("factors", [{"bandwidth_factor": 0.8, "latency_factor": 2.5},
+                                     {"bandwidth_factor": 1.0, "latency_factor": 0.5}])
+def test_a_link_calibrated_from_nccl_tests_keeps_both_engines_together(factors):
+    """A link whose NCCL factors were measured (calibrate --from-nccl-tests: bandwidth x b, NCCL's
+    latencies x a, per protocol): the bandwidth factor slows every step's transfer, the latency
+    factor every hop's latency inside the schedule, in both engines alike (1e-9), and the fast
+    path moves with them."""
+    def cluster(calibrated: bool):
+        link = {"base": "ib_edr"}
+        if calibrated:
+            link["nccl_protocols"] = {p: dict(factors) for p in ("LL", "LL128", "Simple")}
+        return scenario_from_dict({"workload": {"model": "resnet50"},
+                                   "cluster": {"gpus": 64, "gpus_per_node": 8, "gpu": "v100", "intra_link": "nvlink2",
+                                               "inter_link": "edr_measured"},
+                                   "catalog": {"links": {"edr_measured": link}}}).cluster
+
+    n_bytes = 4 * MIB
+    plain, calibrated = cluster(False), cluster(True)
+    fast = allreduce_cost(n_bytes, calibrated, CommSpec("nccl", "ring")).time_s
+    assert detailed_ring_s(calibrated, n_bytes) == pytest.approx(fast, rel=1e-9)
+    assert fast != pytest.approx(allreduce_cost(n_bytes, plain, CommSpec("nccl", "ring")).time_s, rel=1e-3)
