@@ -128,7 +128,7 @@ def test_isolated_nccl_ring_engines_agree_with_the_closed_form(links, size):
     intra = np.arange(n) % g != g - 1
     rate = np.where(intra, flow.intra_link.effective_Bps, flow.inter_link.effective_Bps)
     alpha = np.where(intra, flow.intra_link.alpha_s + lat.intra_hop_s, flow.inter_link.alpha_s + lat.inter_hop_s)
-    t = lat.pace * n_bytes / n / rate
+    t = np.where(intra, lat.intra_pace, lat.pace) * n_bytes / n / rate
     by_hand = lat.base_s + ring_ends_direct(np.zeros(n), t + alpha, 2 * (n - 1), 0.0, t).max()
     assert event == pytest.approx(by_hand, rel=1e-9)
     assert periodic == pytest.approx(by_hand, rel=1e-9)

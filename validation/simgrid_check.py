@@ -271,7 +271,7 @@ def library_ring_cluster(gpus: int, per_node: int):
 def library_ring_spec(cluster, n_bytes: float) -> dict:
     """SimGrid's ``library_ring`` for an NCCL ring allreduce of ``n_bytes`` over ``cluster`` (node-major,
     one switch): per edge the rate its per-flow link gives a connection (sim.costs.comm.per_flow_cluster,
-    slowed by the protocol's pace) and its delay, the link's alpha + NCCL's hop latency of the
+    slowed by its class's pace) and its delay, the link's alpha + NCCL's hop latency of the
     protocol its tuner picks (sim.costs.comm.ring_latency); 2(n-1) steps of S/n."""
     from sim.costs.comm import CommSpec, per_flow_cluster, ring_latency
 
@@ -283,7 +283,7 @@ def library_ring_spec(cluster, n_bytes: float) -> dict:
     for i in range(n):
         inside = i % g != g - 1
         link = flow.intra_link if inside else flow.inter_link
-        wire.append(link.effective_Bps / lat.pace)
+        wire.append(link.effective_Bps / (lat.intra_pace if inside else lat.pace))
         delay.append(link.alpha_s + (lat.intra_hop_s if inside else lat.inter_hop_s))
     return {"platform": "library_ring", "model": "CM02", "optim": "Full", "cfg": list(EXACT), "tcp_gamma": 1e18,
             "wire_Bps": wire, "delay_s": delay, "steps": 2 * (n - 1), "bytes": n_bytes / n, "base_s": lat.base_s,

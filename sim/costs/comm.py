@@ -172,7 +172,10 @@ class RingLatency:
     protocol: str = ""
     pace: float = 1.0
     """A step's chunk takes ``pace`` x its payload's time at the links' rate (the protocol's
-    ceiling and chunk rounding); the bytes counted stay the payload."""
+    ceiling and chunk rounding) over an inter-node edge (on one node: over every edge); the bytes
+    counted stay the payload."""
+    intra_pace: float = 1.0
+    """The same over an intra-node edge of a ring that spans nodes (``nccl.ring_paces``)."""
 
 
 PLAIN_RING = RingLatency()
@@ -190,7 +193,7 @@ def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> Rin
     sim.costs.backends.nccl._latency_us sums the same terms along the ring). Each connection has
     NCCL_STEPS = 8 slots (src/include/device.h), so a hop's latency delays the data, not the
     sender's next step: pipelined. Its steps are paced as the fast path's throughput bound paces
-    them (``nccl.ring_pace_factor``: chunk rounding, the protocol's bandwidth). Others, and
+    them (``nccl.ring_paces``: chunk rounding, the protocol's bandwidth, per edge class). Others, and
     measured or alpha-beta links: PLAIN_RING."""
     from sim.costs.backends.common import end_to_end
 
@@ -205,8 +208,8 @@ def ring_latency(op: str, n_bytes: float, group: Cluster, spec: CommSpec) -> Rin
     # tuning.cc's plateau factor, and a latency factor measured for this protocol on these links
     # (scalebench calibrate --from-nccl-tests), as the fast path's ring applies them
     f = nccl.latency_factor("ring", proto, op, n_bytes, group, graph, t) * nccl.fitted_factors(group, proto)[1] * 1e-6
-    return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto,
-                       nccl.ring_pace_factor(op, proto, n_bytes, group, spec.options()))
+    intra_pace, inter_pace = nccl.ring_paces(op, proto, n_bytes, group, spec.options())
+    return RingLatency(base_us * f, intra_us * f, inter_us * f, True, proto, inter_pace, intra_pace)
 
 
 def ring_latency_for(cluster: Cluster, spec: CommSpec):

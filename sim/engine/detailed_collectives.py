@@ -111,9 +111,11 @@ class _RingPart:
         self.members = members if self.me < coll.traced else None
         self.slowest: tuple[float, int, int, Any] | None = None
         self.sent: simpy.Event | None = None
-        self.pipelined, self.pace = latency.pipelined, latency.pace
+        self.pipelined = latency.pipelined
         net = coll.net
-        self.hop_s = latency.intra_hop_s if net.node_of(self.me) == net.node_of(self.succ) else latency.inter_hop_s
+        inside = net.node_of(self.me) == net.node_of(self.succ)
+        self.hop_s = latency.intra_hop_s if inside else latency.inter_hop_s
+        self.pace = latency.intra_pace if inside and net.cluster.nodes > 1 else latency.pace
         if latency.base_s > 0:
             coll.env.timeout(latency.base_s).callbacks.append(self._step)
         else:

@@ -68,6 +68,8 @@ class _Pattern:
                 owner.append(e)
         self.index = index
         self.intra = np.asarray([c == "intra" for c in self.link_class], dtype=bool)
+        self.spans_nodes = net.cluster.nodes > 1
+        """On one node every edge takes the ring's one pace (sim.costs.comm.RingLatency)."""
         self.flow_ptr = np.asarray(ptr, dtype=np.int64)
         self.flow_links = np.asarray(links, dtype=np.int64)
         self.owner = np.asarray(owner, dtype=np.int64)
@@ -97,7 +99,8 @@ class _Pattern:
         """(each edge's delay from send to arrival, the time its sender is held): alpha + the
         library's hop latency + chunk x s/byte, and the same (plain) or the chunk's time alone
         (pipelined: the sender moves on once its bytes have left)."""
-        transfer = chunk_bytes * latency.pace * self.s_per_byte[edge_ids]
+        pace = np.where(self.intra[edge_ids] & self.spans_nodes, latency.intra_pace, latency.pace)
+        transfer = chunk_bytes * pace * self.s_per_byte[edge_ids]
         hop_s = np.where(self.intra[edge_ids], latency.intra_hop_s, latency.inter_hop_s)
         arrive = self.alpha_s[edge_ids] + hop_s + transfer
         return arrive, (transfer if latency.pipelined else arrive)
@@ -163,7 +166,7 @@ class PeriodicCollectives(Collectives):
             for r in members:
                 self.sum_busy_s[r] += sums_s
         self.rings_solved += 1
-        self._book(pattern, edge_ids, members, steps, chunk_bytes, latency.pace)
+        self._book(pattern, edge_ids, members, steps, chunk_bytes, latency)
         for pos, rank in enumerate(members):
             if rank < self.traced:
                 e = edge_ids[pace[pos]]
@@ -175,9 +178,9 @@ class PeriodicCollectives(Collectives):
         return ends
 
     def _book(self, pattern: _Pattern, edge_ids: np.ndarray, members: Sequence[int], steps: int,
-              chunk_bytes: float, pace: float = 1.0) -> None:
+              chunk_bytes: float, latency: RingLatency = PLAIN_RING) -> None:
         """Bytes per endpoint and per link, and each link's busy time: ``steps`` sends of the chunk
-        over every edge (at ``pace``); a link shared by flows in phase is busy for the longest of
+        over every edge (at its class's pace); a link shared by flows in phase is busy for the longest of
         them per step."""
         m = len(members)
         for i in range(m):
@@ -192,6 +195,8 @@ class PeriodicCollectives(Collectives):
         link_bytes = np.zeros(len(flows.capacity_Bps))
         np.add.at(link_bytes, links, steps * chunk_bytes / pattern.subflows[pattern.owner[flow_of[mask]]])
         touched = np.unique(links)
+        inside = np.asarray([flows.link_tiers[link] == "gpu" for link in touched.tolist()], dtype=bool)
+        pace = np.where(inside & pattern.spans_nodes, latency.intra_pace, latency.pace)  # a GPU port: intra-node
         busy = steps * chunk_bytes * pace * pattern.link_per_byte[touched] / pattern.rings_on_link[touched]
         flows.flows_started += int(used.sum()) * steps
         for link, b in zip(touched.tolist(), busy.tolist(), strict=True):

@@ -532,7 +532,7 @@ def _collective_parts(op: str, n_bytes: float, group: Cluster, options: CommOpti
     if algo == "ring" and op in PIPELINED_RING_OPS:
         # the hop latencies are inside the ring's schedule (they delay the data, not the sender)
         lat_s = t.base_lat_us["ring"][proto] * factor * lat_factor * 1e-6
-        ring = (op, proto, n_bytes, group, graph, factor, (inter_streams, inter_threads), alg_bw, t)
+        ring = (op, proto, n_bytes, group, graph, factor, (inter_streams, inter_threads), alg_bw, options, t)
         wire = _pipelined_ring_s(*ring, lat_factor)
         if split:  # the measured-factor fit's two terms: what the library's latencies add, the rest
             bare = _pipelined_ring_s(*ring, 0.0)
@@ -586,7 +586,7 @@ schedule is the timed event graph of ring_maxplus (a reduce or broadcast is a ch
 
 
 def _pipelined_ring_s(op: str, proto: str, n_bytes: float, group: Cluster, graph: Graph, factor: float,
-                      streams: tuple[int, int | None], alg_bw: float, tab: NcclTables = DEFAULT,
+                      streams: tuple[int, int | None], alg_bw: float, options: CommOptions, tab: NcclTables = DEFAULT,
                       lat_scale: float = 1.0) -> float:
     """The time of a ring ``op`` after NCCL's base latency: its steps as the timed event graph of
     a pipelined library (``ring_maxplus.cut_through_ring_s``) and, for a message of several of
@@ -594,9 +594,9 @@ def _pipelined_ring_s(op: str, proto: str, n_bytes: float, group: Cluster, graph
     window of NCCL_STEPS buffers such messages wait on), the longer of the two.
 
     Each edge class c (inside a node, across the network) has its own figures, as the detailed
-    mode's flows have them: a step moves S/n x pace (the protocol's ceiling and runRing's chunk
-    rounding, ``ring_pace_factor``) at the class's rate R_c (the intra-node link for one flow;
-    the node's NICs with the ring's streams), holding its sender t_c = pace S / (n R_c); its
+    mode's flows have them: a step moves S/n x the class's pace (the protocol's ceiling and
+    runRing's chunk rounding, ``ring_paces``) at the class's rate R_c (the intra-node link for one
+    flow; the node's NICs with the ring's streams), holding its sender t_c = pace_c S / (n R_c); its
     latency l_c is the link's latency + tuning.cc's hop latency of the class (hwLat x the plateau
     factor) + the transport's per-message software latency. A receiver passes a step on per
     granule: one slice of the protocol's buffer per channel (``granule_bytes``; a step of at most
@@ -609,11 +609,10 @@ def _pipelined_ring_s(op: str, proto: str, n_bytes: float, group: Cluster, graph
     n, g, nodes = group.world_size, group.gpus_per_node, group.nodes
     steps = ring_steps(op, n)
     volume = ring_volume_bytes(op, n_bytes, n)
-    channels, threads = graph.runtime_channels, ring_threads(proto, graph.channels * graph.bw, tab)
+    channels = graph.runtime_channels
     rate = volume / (n_bytes / alg_bw)
     hw_Bps = ring_rate_Bps(group, *streams)
-    busiest = _ring_busiest_volume(op, proto, n_bytes, volume, steps, channels, threads, n, tab)
-    pace = max(1.0, busiest / volume * hw_Bps / rate)
+    intra_pace, inter_pace = ring_paces(op, proto, n_bytes, group, options)
     _, intra_us, inter_us = ring_hop_latencies_us(proto, group, graph, tab)
     intra, inter = group.intra_link, group.inter_link
     intra_Bps = connection_Bps(intra, 1) if g > 1 else hw_Bps
@@ -628,8 +627,8 @@ def _pipelined_ring_s(op: str, proto: str, n_bytes: float, group: Cluster, graph
         lat_inter = inter_latency_s + inter_us * factor * lat_scale * 1e-6 + inter.software_latency_s
     per_step = n_bytes / (channels * n)  # one channel's share of a step
     whole = min(1.0, granule_bytes(proto, tab) / per_step)
-    step_bytes = pace * volume / steps
-    t = [step_bytes / intra_Bps] * (period - 1) + [step_bytes / inter_Bps]
+    step_bytes = volume / steps
+    t = [intra_pace * step_bytes / intra_Bps] * (period - 1) + [inter_pace * step_bytes / inter_Bps]
     lat = [lat_intra] * (period - 1) + [lat_inter]
     ring = cut_through_ring_s(steps, t, [whole * x for x in t], lat)
     chunk = tab.chunk_bytes[proto]
@@ -650,19 +649,44 @@ def _pipelined_ring_s(op: str, proto: str, n_bytes: float, group: Cluster, graph
 
 def ring_pace_factor(op: str, proto: str, n_bytes: float, group: Cluster, options: CommOptions | None = None) -> float:
     """How much longer than its payload at the links' rate a ring step of ``op`` takes under
-    ``proto``: (busiest volume / volume) x (link rate / protocol rate), the two terms by which
-    ``_collective``'s throughput bound exceeds V / R (runRing's chunk rounding, tuning.cc's
-    per-protocol busBw refinements: LL128 x 0.92, LL 1/4 ...). 1 for a large Simple ring."""
+    ``proto`` on the ring's slowest edge class: ``ring_paces``' second figure."""
+    return ring_paces(op, proto, n_bytes, group, options)[1]
+
+
+def ring_paces(op: str, proto: str, n_bytes: float, group: Cluster,
+                options: CommOptions | None = None) -> tuple[float, float]:
+    """(intra-node, inter-node) pace of a ring step of ``op`` under ``proto``: how much longer than
+    its payload at an edge's own rate R_c a step takes. Each class runs at tuning.cc's refinement
+    of its own rate, P_c (LL128 x 0.92, LL 1/4 capped by llMaxBws, per-channel ceilings; on the
+    network, the verbs window and a measured bandwidth factor too): R_c / P_c. The network's edges
+    also pay runRing's chunk rounding (every step moves the busiest slot's chunk on every channel:
+    busiest volume / volume), which paces the ring's throughput there, as NCCL's ring's throughput
+    bound has it; inside a node the rounded slots that carry no data leave the link to the one that
+    does. So a faster network never slows the edges inside a node (a ceiling such as LL's caps
+    every edge at its value, not at the same fraction of each). On one node both figures are the
+    node's, rounding included. 1 for a large Simple ring's edges."""
     n = group.world_size
     t = tables(options)
     graph = ring_graph(group, t)
-    hw_Bps = ring_rate_Bps(group, *ring_streams(group, graph, options))
-    alg_bw = _algbw(_hardware_busbw_GBps(op, "ring", proto, group, graph, options) * 1e9, "ring", op, n)
+    streams = ring_streams(group, graph, options)
     volume = ring_volume_bytes(op, n_bytes, n)
-    rate = volume / (n_bytes / alg_bw)
     threads = ring_threads(proto, graph.channels * graph.bw, t)
-    busiest = _ring_busiest_volume(op, proto, n_bytes, volume, ring_steps(op, n), graph.runtime_channels, threads, n, t)
-    return max(1.0, busiest / volume * hw_Bps / rate)
+    rounding = _ring_busiest_volume(op, proto, n_bytes, volume, ring_steps(op, n), graph.runtime_channels,
+                                    threads, n, t) / volume
+    if group.nodes == 1:
+        pace = max(1.0, rounding * ring_rate_Bps(group, *streams)
+                   / (_hardware_busbw_GBps(op, "ring", proto, group, graph, options) * 1e9))
+        return pace, pace
+    link_Bps = {"inter": inter_node_Bps(group, *streams)}
+    hw_GBps = {"inter": min(link_Bps["inter"], graph.runtime_channels * verbs_window_Bps(group.inter_link,
+                                                                                    t.window_bytes[proto])) / 1e9}
+    if group.gpus_per_node > 1:
+        link_Bps["intra"] = connection_Bps(group.intra_link, 1)
+        hw_GBps["intra"] = link_Bps["intra"] / 1e9
+    refined = {cls: _refine_busbw(hw_GBps[cls], "ring", proto, op, group, graph, t) * 1e9 for cls in link_Bps}
+    refined["inter"] *= fitted_factors(group, proto)[0]
+    paces = {cls: max(1.0, (rounding if cls == "inter" else 1.0) * R / refined[cls]) for cls, R in link_Bps.items()}
+    return paces.get("intra", paces["inter"]), paces["inter"]
 
 
 def _ring_busiest_volume(op: str, proto: str, n_bytes: float, volume: float, steps: int, channels: int,
