@@ -59,6 +59,14 @@ def test_the_registry_names_real_fields_and_leaves_out_what_it_does_not_run():
     assert names >= COVERED
     assert {"fusion_bytes", "cycle_time_s", "ps_layout", "staleness_penalty", "max_staleness"} <= names - COVERED
     assert not {"negotiation", "mpi_gpu_buffers", "ps_rpc", "root_collective", "concurrent_collectives"} & COVERED
+    # what the large-model strategy added (H5) is refused without an edit here
+    assert not {"cp", "ep", "zero_stage", "vpp", "sequence_parallel", "recompute"} & COVERED
+
+
+def test_a_large_model_field_is_refused_naming_fast():
+    """ZeRO (H5's; its own check may answer first): one line, naming the field and fidelity fast."""
+    with pytest.raises(ConfigError, match=r"zero_stage.*fast"):
+        check_detailed(scenario({"zero_stage": 1}))
 
 
 def test_nccls_sms_slow_the_detailed_compute_as_the_fast_paths():

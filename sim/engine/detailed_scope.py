@@ -23,13 +23,18 @@ COVERED = frozenset({
     # gradient synchronisation (sim.engine.detailed_sync; collective and PS settings: check_sync)
     "collective", "ps_servers", "ps_mode", "ps_placement", "bucket_bytes", "first_bucket_bytes",
     "overlap", "double_buffering", "iteration_overhead_s", "comm_slows_compute",
+    # terms both engines take from the same plan or apply to either's iteration
+    "multi_gpu_overhead_s", "inter_node_overhead_s", "data_loader", "data_workers",
+    "attention",  # each layer's compute, which both modes share
     "precision", "codec", "codec_path", "error_feedback", "codec_reduce_ns_per_elem", "codec_encode_ns_per_elem",
     "codec_decode_ns_per_elem",
     # layouts (sim.engine.detailed_pipeline)
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
 })
 """Strategy fields the detailed mode simulates (nccl_version: its rings run the release's tables,
-as the fast path's; mpi_library: the detailed mode runs the ring whatever MPI would choose). Not
+as the fast path's; mpi_library: the detailed mode runs the ring whatever MPI would choose; the
+calibrated overheads: in the plan's iteration_overhead_s, which its compute streams run; the input
+pipeline: sim.simulate bounds either engine's iteration by it). Not
 here, and refused when set: fusion_bytes and cycle_time_s (Horovod's fusion buffer copies and
 cycle ticks: the detailed comm streams reduce a bucket as it fills), negotiation (Horovod's
 coordination), mpi_gpu_buffers (MPI's host staging), ps_layout other than dedicated, ps_rpc and
