@@ -264,7 +264,8 @@ class _DetailedPipeline:
 def run_detailed_pipeline(scenario: Scenario, compute_scale: float = 1.0) -> tuple[IterationResult, ClusterNetwork]:
     """One iteration of a dp x pp x tp layout: replica 0 simulated rank by rank, every replica's
     data-parallel rings on the network (or, with ``flow_engine: event``, every rank of every
-    replica and every message)."""
+    replica and every message), every compute time x ``compute_scale`` (the slowest rank's:
+    sim.costs.stragglers)."""
     check_detailed_pipeline(scenario)
     run = _DetailedPipeline(scenario, compute_scale)
     env, plan = run.env, run.plan
