@@ -392,7 +392,9 @@ def _run_detailed(args: argparse.Namespace) -> int:
                     f"micro-batches of {PIPELINE_BATCH // layout['micro_batches']} (1f1b), {layout['precision']}, "
                     f"{layout['collective']} allreduce, a100 + nvlink3 + ib_hdr on {where}",
     }
-    print(f"scalebench bench --fidelity detailed: every rank and flow; median of {args.repeats} runs, one process each")
+    print(f"scalebench bench --fidelity detailed: every rank and flow; median of {args.repeats} runs, one process each; "
+          "a run is one simulate(): the nominal iteration and the one waiting for the slowest rank (the straggler "
+          "term, sim.simulate.with_stragglers), two iterations")
     for case in ("dp", "pipeline"):
         case_rows = [r for r in rows if r["case"] == case]
         if not case_rows:
