@@ -177,3 +177,23 @@ def test_a_workload_of_ones_own_is_reproduced_by_the_winner_yaml(tmp_path, capsy
     assert simulate(scenario).iteration_time_s == float(first["iteration_time_s"])
     zoo = plan_request_from_dict({"workload": {"model": "gpt2_small"}, "cluster": {"gpus": 4}})
     assert "layers" not in zoo.workload_spec
+
+
+def test_verify_takes_equal_detailed_times_as_a_tie_not_a_new_order():
+    """Llama-2-7B on 1,024 A100s (dp 512 x pp 2, 2 micro-batches): 1F1B and GPipe run the same
+    schedule, 3.104 s in detailed mode either way, one float path 1e-15 shorter; that is a tie, kept
+    in rank order (the plan printed 'the ranking changes: #2, #1'). A real swap still reads as one."""
+    from types import SimpleNamespace
+
+    from sim.planner.verify import Verified, _judge
+
+    def row(rank: int, fast_s: float, detailed_s: float) -> Verified:
+        outcome = SimpleNamespace(iteration_time_s=fast_s)
+        candidate = SimpleNamespace(outcome=outcome, objective_value=lambda objective, t=fast_s: t / 1024)
+        return Verified(candidate, rank, fast_s, detailed_s)  # type: ignore[arg-type]
+
+    result = SimpleNamespace(request=SimpleNamespace(objective="time"))
+    tie = _judge(result, [row(1, 3.302, 3.104), row(2, 3.302, 3.104 * (1 - 1e-15))])  # type: ignore[arg-type]
+    assert tie.holds and "ranking holds" in tie.summary
+    swap = _judge(result, [row(1, 3.302, 3.104), row(2, 3.303, 3.0)])  # type: ignore[arg-type]
+    assert not swap.holds and "#2, #1" in swap.summary

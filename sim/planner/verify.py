@@ -96,7 +96,8 @@ def _judge(result: PlanResult, rows: list[Verified]) -> Verification:
         assert v.detailed_s is not None and v.candidate.outcome is not None
         return v.candidate.objective_value(objective) * v.detailed_s / v.candidate.outcome.iteration_time_s
 
-    order = sorted(checked, key=lambda v: (detailed_value(v), v.rank))
+    # equal to 9 significant digits is a tie (the same schedule reached by two float paths), kept in rank order
+    order = sorted(checked, key=lambda v: (float(f"{detailed_value(v):.9g}"), v.rank))
     holds = [v.rank for v in order] == [v.rank for v in checked]
     worst = max(abs(v.difference or 0.0) for v in checked)
     if holds:
