@@ -109,7 +109,8 @@ def ring_attention_s(compute_s: float, cp: int, send_s: float) -> float:
 def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], options: PassOptions,
                  tp_comm_s: Sequence[float] | None = None, kv_send_s: float = 0.0, alltoall_s: float = 0.0,
                  unit_gather_s: dict[str, float] | None = None,
-                 unit_scatter_s: dict[str, float] | None = None, units: Sequence[str] | None = None) -> Passes:
+                 unit_scatter_s: dict[str, float] | None = None, units: Sequence[str] | None = None,
+                 elementwise_s: Sequence[tuple[float, float, bool]] | None = None) -> Passes:
     """Per layer: forward, backward, and what of them is communication and recomputation.
 
     ``times``: (forward, backward) of each whole layer at the micro-batch; ``tp_comm_s``: one
@@ -118,7 +119,10 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
     ranks (forward; backward sends twice the bytes); ``alltoall_s``: one all-to-all of an MoE
     block (dispatch or combine); ``unit_gather_s`` / ``unit_scatter_s``: ZeRO-3's allgather of a
     unit's parameters and reduce-scatter of its gradients, by unit; ``units``: each layer's unit
-    (sim.costs.pipeline.layer_unit; a workload's ``layer_units``), computed here if not given."""
+    (sim.costs.pipeline.layer_unit; a workload's ``layer_units``), computed here if not given;
+    ``elementwise_s``: the memory-bound kernels after each layer (sim.costs.elementwise: forward,
+    backward, replicated), split over tp as their tensors are (replicated ones only with sequence
+    parallelism) and over cp."""
     o = options
     n = len(layers)
     if units is None:
@@ -129,6 +133,10 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
         kind = layer.kind.lower()
         comm = tp_comm_s[i] if tp_comm_s is not None else 0.0
         f_rank, b_rank = layer_compute_s(layer, f, b, o)
+        if elementwise_s is not None:
+            ew_f, ew_b, replicated = elementwise_s[i]
+            split = o.cp * (o.tp if o.sequence_parallel or not replicated else 1)
+            f_rank, b_rank = f_rank + ew_f / split, b_rank + ew_b / split
         extra_f = extra_b = 0.0
         if kind == "core" and o.cp > 1:
             ring_f = ring_attention_s(f_rank, o.cp, kv_send_s)

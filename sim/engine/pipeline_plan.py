@@ -18,6 +18,7 @@ from sim.cluster import Cluster
 from sim.costs.collectives import link_of
 from sim.costs.comm import CommSpec, op_cost, spec_of
 from sim.costs.compute import layer_times_s, workload_optimizer_time_s
+from sim.costs.elementwise import elementwise_times_s
 from sim.costs.network import message_time_s
 from sim.costs.passes import Passes, layer_passes, pass_options
 from sim.costs.pipeline import split_units
@@ -253,9 +254,11 @@ def scenario_passes(scenario: Scenario, micro_batch: int, dtype_bytes: int) -> P
     sp = s.sequence_parallel and s.tp > 1
     tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, group, spec, sp, 1 / s.cp) for layer in scenario.workload.layers]
     gather, scatter = zero3_unit_comm(scenario)
-    return layer_passes(scenario.workload.layers, times, pass_options(scenario), tp_comm,
+    options = pass_options(scenario)
+    return layer_passes(scenario.workload.layers, times, options, tp_comm,
                         kv_send_s(scenario, micro_batch, dtype_bytes), moe_alltoall_s(scenario, micro_batch, dtype_bytes),
-                        gather, scatter, scenario.workload.layer_units)
+                        gather, scatter, scenario.workload.layer_units,
+                        elementwise_times_s(scenario.workload, micro_batch, cluster.gpu, dtype_bytes, options.flash))
 
 
 def chunk_bounds(scenario: Scenario, times_s: list[float] | None = None) -> list[tuple[int, int]]:

@@ -17,6 +17,7 @@ from sim.costs.comm import allreduce_cost, op_cost, spec_of
 from sim.costs.compute import layer_times_s, pass_loads, workload_optimizer_time_s
 from sim.costs.contention import MEMORY_ONLY, Footprint, PassLoad, comm_footprint
 from sim.costs.coordination import NEGOTIATIONS
+from sim.costs.elementwise import elementwise_times_s
 from sim.costs.fusion import fusion_copy_s, horovod_fusion_batches
 from sim.costs.passes import layer_passes, pass_options
 from sim.costs.ps import (
@@ -267,7 +268,11 @@ def param_gather_cost(n_bytes: float, cluster: Cluster, strategy: Strategy) -> t
 def data_parallel_passes(scenario: Scenario, times: list[tuple[float, float]]):
     """The whole batch's layer passes on one rank (sim.costs.passes with tp = cp = 1: FlashAttention's
     backward, recomputation)."""
-    return layer_passes(scenario.workload.layers, times, pass_options(scenario), units=scenario.workload.layer_units)
+    options = pass_options(scenario)
+    w = scenario.workload
+    return layer_passes(w.layers, times, options, units=w.layer_units,
+                        elementwise_s=elementwise_times_s(w, w.batch_size, scenario.cluster.gpu,
+                                                          DTYPE_BYTES[scenario.strategy.precision], options.flash))
 
 
 def build_plan(scenario: Scenario) -> IterationPlan:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from sim.cluster import Cluster
 from sim.costs.comm import op_cost, spec_of
 from sim.costs.compute import layer_times_s, pass_loads, workload_optimizer_time_s
+from sim.costs.elementwise import elementwise_times_s
 from sim.costs.passes import Passes, layer_passes, pass_options
 from sim.costs.tensor import tp_allreduces_per_pass, tp_layer_comm_s
 from sim.engine.fast import run_fast
@@ -371,8 +372,11 @@ class Evaluator:
                             lambda: moe_alltoall_s(scenario, micro, self.dtype_bytes))
             gather, scatter = self._get(("zero3", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp, layout.ep,
                                          layout.zero_stage >= 3, backend), lambda: zero3_unit_comm(scenario))
-            return layer_passes(self.layers, times, pass_options(scenario), tp_comm, kv, a2a, gather, scatter,
-                                self.request.workload.layer_units)
+            options = pass_options(scenario)
+            elementwise = self._get(("elementwise", micro), lambda: elementwise_times_s(
+                self.request.workload, micro, self.gpu, self.dtype_bytes, options.flash))
+            return layer_passes(self.layers, times, options, tp_comm, kv, a2a, gather, scatter,
+                                self.request.workload.layer_units, elementwise)
 
         return self._get(key, make)
 
