@@ -64,17 +64,22 @@ STRATEGY_KEYS = (
     "codec_encode_ns_per_elem", "codec_decode_ns_per_elem",
     "dp", "tp", "pp", "micro_batches", "schedule", "stage_balance", "pipeline_overhead_s",
     "ps_mode", "ps_placement", "staleness_penalty", "max_staleness",
-    "sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "attention", "moe_capacity_factor",
-    "data_loader", "data_workers",
+    "sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "overlap_param_gather", "overlap_grad_reduce",
+    "attention", "moe_capacity_factor", "data_loader", "data_workers",
 )
-LLM_FIELDS = ("sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "attention", "moe_capacity_factor")
+LLM_FIELDS = ("sequence_parallel", "cp", "ep", "vpp", "recompute", "zero_stage", "overlap_param_gather",
+              "overlap_grad_reduce", "attention", "moe_capacity_factor")
 """The large-model fields (issue 28) and their framework names: sequence_parallel (Megatron-LM
 --sequence-parallel), cp (--context-parallel-size; torchtitan context_parallel_degree), ep
 (--expert-model-parallel-size; torchtitan expert_parallel_degree), vpp
 (--virtual-pipeline-model-parallel-size: model chunks per pipeline rank, the interleaved 1F1B
 schedule), recompute (--recompute-granularity; torchtitan activation_checkpoint.mode), zero_stage
 (DeepSpeed zero_optimization.stage; Megatron --use-distributed-optimizer = 1; FSDP
-sharding_strategy NO_SHARD 0, SHARD_GRAD_OP 2, FULL_SHARD 3), attention (flash or eager kernels),
+sharding_strategy NO_SHARD 0, SHARD_GRAD_OP 2, FULL_SHARD 3), overlap_param_gather (Megatron-LM
+--overlap-param-gather: ZeRO-1/2's allgather of the updated parameters overlaps the next forward),
+overlap_grad_reduce (Megatron-LM --overlap-grad-reduce: with micro-batches, each bucket's reduction
+starts in the last micro-batch's backward),
+attention (flash or eager kernels),
 moe_capacity_factor (--moe-expert-capacity-factor). docs/model.md#large-models has the mapping."""
 
 
@@ -216,6 +221,15 @@ class Strategy:
     """Activation recomputation: none | selective | full (RECOMPUTE)."""
     zero_stage: int = 0
     """ZeRO / FSDP sharding over the data-parallel ranks: 0-3 (ZERO_STAGES)."""
+    overlap_grad_reduce: bool = False
+    """With micro-batches (the pipeline path): each gradient bucket's reduction (allreduce or ZeRO's
+    reduce-scatter) starts as the last micro-batch's backward finishes it, as Megatron-LM runs it with
+    --overlap-grad-reduce (sim.engine.plan.overlapped_reduce_s); False: the stage reduces after its
+    flush. Without micro-batches ``overlap`` governs."""
+    overlap_param_gather: bool = False
+    """ZeRO-1/2: the allgather of the updated parameter shards overlaps the next forward bucket by
+    bucket, as Megatron-LM's distributed optimizer runs it with --overlap-param-gather
+    (sim.engine.plan.overlapped_gather_s); False: after the step, exposed (DeepSpeed stage 1/2)."""
     attention: str = "auto"
     """Attention kernels: auto | flash | eager (ATTENTION)."""
     moe_capacity_factor: float | None = None
@@ -416,6 +430,12 @@ def _llm_fields(spec: dict[str, Any], where: str) -> dict[str, Any]:
     factor = spec.get("moe_capacity_factor")
     if factor is not None:
         factor = float(require_positive(f"{where}.moe_capacity_factor", factor))
+    overlap_gather = spec.get("overlap_param_gather", False)
+    if not isinstance(overlap_gather, bool):
+        raise ConfigError(f"{where}.overlap_param_gather", overlap_gather, "true or false")
+    overlap_reduce = spec.get("overlap_grad_reduce", False)
+    if not isinstance(overlap_reduce, bool):
+        raise ConfigError(f"{where}.overlap_grad_reduce", overlap_reduce, "true or false")
     return {
         "sequence_parallel": sp,
         "cp": require_positive(f"{where}.cp", spec.get("cp", 1), integer=True),
@@ -423,6 +443,8 @@ def _llm_fields(spec: dict[str, Any], where: str) -> dict[str, Any]:
         "vpp": require_positive(f"{where}.vpp", spec.get("vpp", 1), integer=True),
         "recompute": require_choice(f"{where}.recompute", spec.get("recompute", "none"), RECOMPUTE),
         "zero_stage": stage,
+        "overlap_param_gather": overlap_gather,
+        "overlap_grad_reduce": overlap_reduce,
         "attention": require_choice(f"{where}.attention", spec.get("attention", "auto"), ATTENTION),
         "moe_capacity_factor": factor,
     }
@@ -546,6 +568,12 @@ def check_large_model(strategy: Strategy, workload: Any, world_size: int, where:
     if strategy.recompute != "none" and arch is None:
         raise ConfigError(f"{where}.recompute", strategy.recompute, f"none for {workload.name} (recomputation "
                           f"checkpoints the blocks of {transformer})")
+    if strategy.overlap_param_gather and strategy.zero_stage not in (1, 2):
+        raise ConfigError(f"{where}.overlap_param_gather", True, f"false with zero_stage={strategy.zero_stage} (only "
+                          "ZeRO-1/2 gather the updated parameters after the step: Megatron-LM's distributed optimizer)")
+    if strategy.overlap_grad_reduce and strategy.zero_stage >= 3:
+        raise ConfigError(f"{where}.overlap_grad_reduce", True, "false with zero_stage=3 (ZeRO-3 reduce-scatters each "
+                          "unit's gradients in its backward already)")
     if strategy.zero_stage:
         for field, value, why in (("collective", strategy.collective == "ps", "parameter servers keep the state"),
                                   ("codec", strategy.codec is not None, "ZeRO reduce-scatters gradients in the compute precision"),

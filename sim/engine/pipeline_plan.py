@@ -23,7 +23,13 @@ from sim.costs.network import message_time_s
 from sim.costs.passes import Passes, layer_passes, pass_options
 from sim.costs.pipeline import split_units
 from sim.costs.tensor import tp_layer_comm_s
-from sim.engine.plan import DDP_FIRST_BUCKET_BYTES, assign_buckets, bucket_sync
+from sim.engine.plan import (
+    DDP_FIRST_BUCKET_BYTES,
+    assign_buckets,
+    bucket_sync,
+    overlapped_gather_s,
+    overlapped_reduce_s,
+)
 from sim.errors import ConfigError
 from sim.parallel import (
     check_placement,
@@ -226,6 +232,12 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
         layer_ids = [i for k in mine for i in range(*bounds[k])]
         params = sum(workload.layers[i].param_count for i in layer_ids)
         sync_s, codec_s, dp_bytes, gather_s = stage_sync(scenario, [bounds[k] for k in mine])
+        if strategy.overlap_param_gather:
+            gather_s = overlapped_gather_s(gather_s, sum(ch.fwd_s for ch in chunks),
+                                           stage_param_bytes(scenario, [bounds[k] for k in mine]), strategy.bucket_bytes)
+        if strategy.overlap_grad_reduce:
+            sync_s = overlapped_reduce_s(sync_s, sum(ch.bwd_s for ch in chunks),
+                                         stage_param_bytes(scenario, [bounds[k] for k in mine]), strategy.bucket_bytes)
         first = chunks[0]
         stages.append(StagePlan(
             index=s, layers=first.layers, fwd_s=sum(ch.fwd_s for ch in chunks), bwd_s=sum(ch.bwd_s for ch in chunks),
@@ -322,6 +334,16 @@ def micro_batch_times_s(scenario: Scenario, micro_batch: int, dtype_bytes: int) 
     share = micro_batch / workload.batch_size
     return [(f * share, b * share) if layer.fwd_time_s is not None and layer.bwd_time_s is not None else (f, b)
             for layer, (f, b) in zip(workload.layers, times, strict=True)]
+
+
+def stage_param_bytes(scenario: Scenario, chunks: list[tuple[int, int]]) -> float:
+    """The parameters one rank of a stage holds whole before ZeRO shards them (its tp share, the
+    experts' tp x ep share), in the compute precision: what ZeRO-1/2 gather after the step."""
+    s, w = scenario.strategy, scenario.workload
+    dense_sum, expert_sum = w.param_prefix
+    dense = sum(dense_sum[hi] - dense_sum[lo] for lo, hi in chunks) / s.tp
+    experts = sum(expert_sum[hi] - expert_sum[lo] for lo, hi in chunks) / (s.tp * s.ep)
+    return (dense + experts) * s.grad_bytes_per_param
 
 
 def optimizer_params(scenario: Scenario, chunks: list[tuple[int, int]]) -> float:

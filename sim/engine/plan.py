@@ -5,6 +5,7 @@ Pure: the event layer only schedules what is computed here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -265,6 +266,32 @@ def param_gather_cost(n_bytes: float, cluster: Cluster, strategy: Strategy) -> t
     return cost.time_s, dict(cost.bytes_by_link)
 
 
+def overlapped_gather_s(gather_s: float, forward_s: float, param_bytes: float, bucket_bytes: float) -> float:
+    """The exposed part of ZeRO-1/2's parameter allgather under Megatron-LM's --overlap-param-gather:
+    the gather runs bucket by bucket, a module's forward pre-hook waits for its bucket's gather and
+    dispatches the next bucket's (megatron/core/distributed/distributed_data_parallel.py,
+    _make_forward_pre_hook -> finish_param_sync), so the first bucket's gather is exposed and each
+    later one overlaps the forward of the bucket before it:
+    exposed = g_1 + sum_{k>1} max(0, g_k - f_{k-1}); with n = ceil(parameter bytes / bucket bytes)
+    buckets of equal gather g = G / n and forward f = F / n (assumed: parameters and forward compute
+    spread evenly over the buckets): G / n + (n - 1) / n x max(0, G - F)."""
+    if gather_s <= 0:
+        return 0.0
+    n = max(1, math.ceil(param_bytes / bucket_bytes)) if bucket_bytes > 0 else 1
+    return gather_s / n + (n - 1) / n * max(0.0, gather_s - forward_s)
+
+
+def overlapped_reduce_s(reduce_s: float, backward_s: float, param_bytes: float, bucket_bytes: float) -> float:
+    """The exposed part of a stage's gradient reduction under Megatron-LM's --overlap-grad-reduce:
+    a bucket's allreduce (or reduce-scatter) is dispatched once the last micro-batch's backward has
+    produced its gradients (distributed_data_parallel.py _make_backward_post_hook), the reductions
+    run one after another on their stream while the backward goes on, so all but the last bucket's
+    can hide: with n = ceil(parameter bytes / bucket bytes) equal buckets of r = R / n and the last
+    micro-batch's backward b = B / n per bucket (assumed even), exposed = R / n + (n - 1) / n x
+    max(0, R - B) (the mirror of ``overlapped_gather_s``)."""
+    return overlapped_gather_s(reduce_s, backward_s, param_bytes, bucket_bytes)
+
+
 def data_parallel_passes(scenario: Scenario, times: list[tuple[float, float]]):
     """The whole batch's layer passes on one rank (sim.costs.passes with tp = cp = 1: FlashAttention's
     backward, recomputation)."""
@@ -339,6 +366,9 @@ def build_plan(scenario: Scenario) -> IterationPlan:
     gather_s = 0.0
     if strategy.zero_stage:
         gather_s, gathered = param_gather_cost(workload.param_count * dtype_bytes, cluster, strategy)
+        if strategy.overlap_param_gather:
+            gather_s = overlapped_gather_s(gather_s, sum(passes.fwd_s), workload.param_count * dtype_bytes,
+                                           strategy.bucket_bytes)
         if link_bytes:  # counted with the last bucket's bytes (the lists stay one entry per bucket)
             link_bytes[-1] = {k: link_bytes[-1].get(k, 0.0) + gathered.get(k, 0.0) for k in ("intra", "inter")}
     return IterationPlan(

@@ -46,6 +46,7 @@ from sim.engine.pipeline_plan import (
     moe_alltoall_s,
     optimizer_params,
     scaled_passes,
+    stage_param_bytes,
     stage_sync,
     tp_spec,
     zero3_unit_comm,
@@ -59,6 +60,8 @@ from sim.engine.plan import (
     bucket_footprint,
     bucket_sync,
     data_parallel_passes,
+    overlapped_gather_s,
+    overlapped_reduce_s,
     param_gather_cost,
     zero_bucket_sync,
 )
@@ -100,6 +103,14 @@ class Rejection(Exception):
         self.reason, self.detail, self.memory_bytes = reason, detail, memory_bytes
 
 
+DISTRIBUTED_OPTIMIZER_STAGE = 1
+"""The plan's ZeRO-1 is Megatron-LM's distributed optimizer as NeMo's and Megatron-LM's own recipes run
+it (--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather): with micro-batches the
+gradients' reduce-scatter overlaps the last micro-batch's backward (sim.engine.plan.overlapped_reduce_s)
+and the updated parameters' allgather the next forward (overlapped_gather_s); ZeRO-2 is DeepSpeed's
+stage 2 (the gather after the step, exposed)."""
+
+
 def candidate_strategy(base: Strategy, layout: Layout, sync: Sync) -> Strategy:
     """The full strategy of a candidate (what its scenario's ``strategy:`` section says)."""
     model_parallel = layout.tp * layout.pp > 1
@@ -108,6 +119,8 @@ def candidate_strategy(base: Strategy, layout: Layout, sync: Sync) -> Strategy:
                    collective=sync.collective, codec=sync.codec, codec_path=sync.codec_path,
                    bucket_bytes=sync.bucket_bytes, cp=layout.cp, vpp=layout.vpp, ep=layout.ep,
                    sequence_parallel=layout.sequence_parallel, zero_stage=layout.zero_stage,
+                   overlap_param_gather=layout.zero_stage == DISTRIBUTED_OPTIMIZER_STAGE,
+                   overlap_grad_reduce=layout.zero_stage == DISTRIBUTED_OPTIMIZER_STAGE and is_pipelined(layout),
                    recompute=layout.recompute)
 
 
@@ -325,6 +338,9 @@ class Evaluator:
         if layout.zero_stage:
             gather_s = self._get(("zero_gather", layout.gpus, sync.backend), lambda: param_gather_cost(
                 request.workload.param_count * self.dtype_bytes, cluster, self._comm_strategy(sync))[0])
+            if layout.zero_stage == DISTRIBUTED_OPTIMIZER_STAGE:
+                gather_s = overlapped_gather_s(gather_s, sum(passes.fwd_s), request.workload.param_count * self.dtype_bytes,
+                                               sync.bucket_bytes)
         scale = self.straggler_scale(layout.gpus)
         key = ("fast", layout.batch, layout.recompute, sync.bucket_bytes, tuple(comm), tuple(encode), overhead, gather_s,
                layout.zero_stage > 0, tuple(footprints), scale)
@@ -507,6 +523,13 @@ class Evaluator:
         dp_s = [t[0] for t in terms]
         codec_s = [t[1] for t in terms]
         gather_s = [t[2] for t in terms]
+        if layout.zero_stage == DISTRIBUTED_OPTIMIZER_STAGE:  # Megatron-LM's overlaps (candidate_strategy)
+            scenario = self._backend_scenario(layout, sync.backend)
+            held = [stage_param_bytes(scenario, list(bounds[s::p])) for s in range(p)]
+            gather_s = [overlapped_gather_s(g, sum(stages[k][0] for k in range(s, len(stages), p)), held[s],
+                                            sync.bucket_bytes) for s, g in enumerate(gather_s)]
+            dp_s = [overlapped_reduce_s(d, sum(stages[k][1] for k in range(s, len(stages), p)), held[s],
+                                        sync.bucket_bytes) for s, d in enumerate(dp_s)]
         opt_s = [self._optimizer_s(layout, bounds[s::p]) for s in range(p)]
 
         def end(scale: float) -> tuple[float, tuple[float, ...]]:

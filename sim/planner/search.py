@@ -20,9 +20,15 @@ from bisect import insort
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError
-from sim.planner.evaluate import Evaluator, Outcome, Rejection
+from sim.planner.evaluate import (
+    DISTRIBUTED_OPTIMIZER_STAGE,
+    Evaluator,
+    Outcome,
+    Rejection,
+    is_pipelined,
+)
 from sim.planner.request import PlanRequest
-from sim.planner.space import REASONS, Layout, Rejected, Sync, layout_syncs, layouts
+from sim.planner.space import REASONS, Layout, Rejected, Sync, family, layout_syncs, layouts
 
 RULE_ORDER = ("tp", "pp_modules", "max_pp", "placement", "global_batch", "memory", "heavier", "library", "bound")
 """The rules in the order they apply: the first one a candidate breaks is its reason."""
@@ -78,7 +84,11 @@ def candidate_spec(request: PlanRequest, layout: Layout, sync: Sync) -> dict:
     }
     for key, value, plain in (("cp", layout.cp, 1), ("vpp", layout.vpp, 1), ("ep", layout.ep, 1),
                               ("sequence_parallel", layout.sequence_parallel, False),
-                              ("zero_stage", layout.zero_stage, 0), ("recompute", layout.recompute, "none"),
+                              ("zero_stage", layout.zero_stage, 0),
+                              ("overlap_param_gather", layout.zero_stage == DISTRIBUTED_OPTIMIZER_STAGE, False),
+                              ("overlap_grad_reduce",
+                               layout.zero_stage == DISTRIBUTED_OPTIMIZER_STAGE and is_pipelined(layout), False),
+                              ("recompute", layout.recompute, "none"),
                               ("attention", base.attention, "auto"), ("moe_capacity_factor", base.moe_capacity_factor, None)):
         if value != plain:
             strategy[key] = value
@@ -179,9 +189,9 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
     - a lower bound (``prune``): a candidate's iteration is at least its pipeline's flush and its
       optimizer step, whatever its synchronisation; layouts are simulated from the lowest bound
       up, and a candidate whose bound is already slower than both the best ``BOUND_KEEP`` x top
-      found and the best at its GPU count is counted ('bound'), not simulated. The top of the
-      ranking, each GPU count's best (the Pareto fronts) and the winner are those of the whole
-      space; ``prune=False`` simulates every candidate (tests/test_plan_bruteforce.py)."""
+      found, the best at its GPU count and the best of its structure (space.family) is counted
+      ('bound'), not simulated. The top of the ranking, each GPU count's best (the Pareto fronts),
+      each structure's best (the explanation) and the winner are those of the whole space; ``prune=False`` simulates every candidate (tests/test_plan_bruteforce.py)."""
     start = time.perf_counter()
     evaluator = evaluator or Evaluator(request)
     candidates: list[Candidate] = []
@@ -225,12 +235,15 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
     keep = BOUND_KEEP * request.top
     best: list[float] = []  # the best ``keep`` objective values found so far, ascending
     best_at: dict[int, float] = {}
+    best_of: dict[str, float] = {}  # per structure (space.family): the explanation compares their bests
     for i in order:
         variant, _backend, own = work[i]
         for sync in own:
             c = Candidate(len(candidates), variant, sync)
             candidates.append(c)
-            if prune and len(best) >= keep and bounds[i] > best[-1] and bounds[i] > best_at.get(variant.gpus, float("inf")):
+            structure = family(variant)
+            if (prune and len(best) >= keep and bounds[i] > best[-1] and bounds[i] > best_at.get(variant.gpus, float("inf"))
+                    and bounds[i] > best_of.get(structure, float("inf"))):
                 c.reason = "bound"
                 c.detail = f"{variant.label()}: at least {bounds[i]:.6g} {objective} per sample, the {keep}th best {best[-1]:.6g}"
                 continue
@@ -242,6 +255,7 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
                 continue
             value = c.objective_value(objective)
             best_at[variant.gpus] = min(best_at.get(variant.gpus, float("inf")), value)
+            best_of[structure] = min(best_of.get(structure, float("inf")), value)
             if len(best) < keep or value < best[-1]:
                 insort(best, value)
                 del best[keep:]
@@ -271,10 +285,17 @@ def _layout_backends(request: PlanRequest, layout: Layout) -> tuple[str, ...]:
     return tuple(dict.fromkeys(x.backend for x in layout_syncs(request, layout)))
 
 
+PIPELINE_FREE_ZERO_STAGE = 2
+"""Not searched with pipeline stages: DeepSpeed's pipeline engine asserts ZeRO stage < 2
+(deepspeed/runtime/pipe/engine.py, 'ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism'),
+Megatron-LM shards only the optimizer (its distributed optimizer, ZeRO-1); ZeRO-3 with stages stays
+(torch FSDP composes with torch.distributed.pipelining, as torchtitan runs them)."""
+
+
 def variants(evaluator: Evaluator, layout: Layout, backend: str) -> list[tuple[Layout, tuple[str, str, float] | None]]:
     """The layout's memory settings, each with why it is not simulated (None: it is): per ZeRO stage
     of the request (the first only without data or context parallelism, where sharding is a no-op;
-    ZeRO-1 'heavier' where ZeRO-2 is allowed: the same time here, less memory) the recomputations in
+    no ZeRO-2 with pipeline stages, PIPELINE_FREE_ZERO_STAGE) the recomputations in
     order (transformers; the first only otherwise), the first that fits kept, the heavier ones
     'heavier', those that do not fit 'memory' (with what they need)."""
     from dataclasses import replace
@@ -282,6 +303,8 @@ def variants(evaluator: Evaluator, layout: Layout, backend: str) -> list[tuple[L
     request = evaluator.request
     arch = request.workload.architecture
     stages = request.zero_stages if layout.dp * layout.cp > 1 else request.zero_stages[:1]
+    if layout.pp > 1:  # DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron-LM shards at most the optimizer
+        stages = tuple(x for x in stages if x != PIPELINE_FREE_ZERO_STAGE) or stages[:1]
     recomputes = request.recompute if arch is not None else request.recompute[:1]
     base = Sync.of(backend, "auto", None, None, request.bucket_mib[0])
     out: list[tuple[Layout, tuple[str, str, float] | None]] = []
@@ -290,9 +313,6 @@ def variants(evaluator: Evaluator, layout: Layout, backend: str) -> list[tuple[L
         fitted = None
         for recompute in recomputes:
             variant = replace(layout, zero_stage=stage, recompute=recompute)
-            if stage == 1 and 2 in stages:
-                out.append((variant, ("heavier", f"{variant.label()}: ZeRO-2 costs the same time with less memory", 0.0)))
-                continue
             if fitted is not None:
                 out.append((variant, ("heavier", f"{variant.label()}: recompute {fitted} fits", 0.0)))
                 continue

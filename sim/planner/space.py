@@ -42,7 +42,7 @@ REASONS = {
     "global_batch": "dp does not divide the global batch",
     "memory": "does not fit in GPU memory",
     "library": "the collective library does not offer that algorithm here",
-    "heavier": "a heavier memory setting (more recomputation, ZeRO-1 where ZeRO-2 costs the same) than one that fits",
+    "heavier": "a heavier memory setting (more recomputation) than one that fits",
     "bound": "cannot beat the best found: its compute and bubble alone are slower (a lower bound)",
 }
 """Why a candidate was dropped: key -> what the summary says."""
@@ -81,7 +81,7 @@ class Layout:
         if self.sequence_parallel:
             words.append("sp")
         if self.zero_stage:
-            words.append(f"zero {self.zero_stage}")
+            words.append("zero 1 (dist. optimizer)" if self.zero_stage == 1 else f"zero {self.zero_stage}")
         if self.recompute != "none":
             words.append(f"recompute {self.recompute}")
         return ", ".join(words)
@@ -129,6 +129,22 @@ class Rejected:
     """For a memory-removed layout variant: what its fullest rank needs."""
     layout: Layout | None = None
     """The layout variant it was (memory, heavier); None for a layout rule."""
+
+
+FAMILIES = ("dp", "dp + ZeRO", "tp x dp", "tp x dp + ZeRO", "pp x dp", "pp x dp + ZeRO", "pp x tp x dp",
+            "pp x tp x dp + ZeRO")
+"""Structures of a layout, in the order the explanation lists them: which model parallelism it uses
+(tensor inside a layer, pipeline across layers) and whether ZeRO shards the replicas' state
+(context and expert parallelism ride along with the structure they extend)."""
+def family(layout) -> str:
+    """The structure of a layout (FAMILIES); a single replica has no ZeRO to speak of."""
+    name = "pp x tp x dp" if layout.pp > 1 and layout.tp > 1 else "pp x dp" if layout.pp > 1 else (
+        "tp x dp" if layout.tp > 1 else "dp")
+    return name + (" + ZeRO" if layout.zero_stage and layout.dp * layout.cp > 1 else "")
+
+
+def family_of(tp: int, pp: int) -> str:
+    return "pp x tp x dp" if pp > 1 and tp > 1 else "pp x dp" if pp > 1 else "tp x dp" if tp > 1 else "dp"
 
 
 def _divisors(n: int) -> list[int]:
