@@ -34,6 +34,42 @@ timestamps by default: net.ipv4.tcp_timestamps = 1), so MSS = MTU - 52 (1448 at 
 
 
 @dataclass(frozen=True, kw_only=True)
+class NodeDesign:
+    """The server a GPU usually comes in (its DGX / HGX board): what a cluster that names only the
+    GPU gets (sim.cluster.cluster_from_dict)."""
+
+    gpus_per_node: int
+    intra_link: str
+    """The catalog link between its GPUs (NVLink generation, through NVSwitch where it has one)."""
+    inter_link: str
+    """The catalog link of its compute NICs."""
+    nics_per_node: int
+    """Compute NICs (rail-aligned: one per GPU on DGX A100/H100/H200, one per two GPUs on DGX-1)."""
+    source: str = ""
+
+    def describe(self) -> str:
+        return (f"{self.gpus_per_node} GPUs on {self.intra_link}, {self.nics_per_node} x {self.inter_link} "
+                f"NIC{'s' if self.nics_per_node > 1 else ''}")
+
+
+_NODE_KEYS = ("gpus_per_node", "intra_link", "inter_link", "nics_per_node", "source")
+
+
+def node_from_dict(spec: Any, where: str) -> NodeDesign:
+    if not isinstance(spec, dict):
+        raise ConfigError(where, spec, "a mapping with keys " + ", ".join(_NODE_KEYS))
+    reject_unknown_keys(where, spec, _NODE_KEYS)
+    for key in ("intra_link", "inter_link"):
+        if not isinstance(spec.get(key), str):
+            raise ConfigError(f"{where}.{key}", spec.get(key), "a link name of the catalog")
+    return NodeDesign(
+        gpus_per_node=require_positive(f"{where}.gpus_per_node", spec.get("gpus_per_node"), integer=True),
+        intra_link=spec["intra_link"], inter_link=spec["inter_link"],
+        nics_per_node=require_positive(f"{where}.nics_per_node", spec.get("nics_per_node"), integer=True),
+        source=str(spec.get("source", "")))
+
+
+@dataclass(frozen=True, kw_only=True)
 class GPU:
     """An accelerator (or the local CPU) as the cost layer sees it."""
 
@@ -64,6 +100,8 @@ class GPU:
     host: str | None = None
     """The host (a key of the catalog's hosts) the GPU usually sits in: a cluster of these GPUs
     that names no ``cluster.host`` runs on it; None: the catalog's DEFAULT_HOST."""
+    node: NodeDesign | None = None
+    """The server it usually comes in (a cluster's defaults); None: no usual server (one GPU per node)."""
     source: str = ""
 
     def flops_for(self, dtype: str) -> float:
@@ -137,7 +175,7 @@ class Link:
 
 _GPU_KEYS = (
     "peak_tflops", "memory_bandwidth_GBps", "memory_GiB", "efficiency", "launch_overhead_us", "kind",
-    "compute_capability", "nvlinks", "sm_count", "host", "base", "compute_scale", "source",
+    "compute_capability", "nvlinks", "sm_count", "host", "node", "base", "compute_scale", "source",
 )
 _GPU_BASED_KEYS = ("base", "compute_scale", "source")
 """What an entry that starts from another GPU (``base:``) may give: a calibration of it."""
@@ -231,6 +269,7 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
         compute_capability=None if cc is None else float(require_positive(f"{where}.{name}.compute_capability", cc)),
         nvlinks=require_positive(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
         sm_count=require_positive(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
+        node=None if spec.get("node") is None else node_from_dict(spec["node"], f"{where}.{name}.node"),
         compute_scale=scale,
         host=host,
         source=str(spec.get("source", "")),

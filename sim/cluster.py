@@ -78,6 +78,8 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(CLUSTER_KEYS))
     reject_unknown_keys(where, spec, CLUSTER_KEYS)
+    gpu = catalog.gpu(spec.get("gpu", DEFAULT_GPU), f"{where}.gpu")
+    spec = {**node_defaults(spec, gpu), **spec}
     per_node = require_positive(f"{where}.gpus_per_node", spec.get("gpus_per_node", 1), integer=True,
                                 maximum=MAX_WORLD_SIZE, why=_WHY_MAX)
     if "gpus" in spec:
@@ -100,14 +102,15 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     if nodes * per_node > MAX_WORLD_SIZE:
         raise ConfigError(f"{where}.nodes", nodes, f"at most {MAX_WORLD_SIZE // per_node:,} with gpus_per_node={per_node} "
                           f"(at most {MAX_WORLD_SIZE:,} GPUs: {_WHY_MAX})")
-    gpu = catalog.gpu(spec.get("gpu", "v100"), f"{where}.gpu")
     host = catalog.host(spec["host"], f"{where}.host") if "host" in spec else usual_host(gpu, catalog)
     cluster = Cluster(
         nodes=nodes,
         gpus_per_node=per_node,
         gpu=gpu,
-        intra_link=_on_host(catalog.link(spec.get("intra_link", "nvlink2"), f"{where}.intra_link"), host),
-        inter_link=_on_host(catalog.link(spec.get("inter_link", "ib_edr"), f"{where}.inter_link"), host),
+        intra_link=_on_host(catalog.link(spec.get("intra_link", DEFAULT_INTRA_LINK), _named(where, spec, "intra_link", gpu)),
+                            host),
+        inter_link=_on_host(catalog.link(spec.get("inter_link", DEFAULT_INTER_LINK), _named(where, spec, "inter_link", gpu)),
+                            host),
         host=host,
         nics_per_node=require_positive(f"{where}.nics_per_node", spec.get("nics_per_node", 1), integer=True),
         oversubscription=float(_at_least_one(f"{where}.oversubscription", spec.get("oversubscription", 1.0))),
@@ -121,6 +124,38 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
         raise ConfigError(f"{where}.oversubscription", spec["oversubscription"],
                           f"1 with topology {topology['kind']} (give each tier's in {where}.topology.oversubscription)")
     return attach_topology(cluster, topology, spec.get("placement", "contiguous"), seed, catalog, where)
+
+
+DEFAULT_GPU = "v100"
+DEFAULT_INTRA_LINK = "nvlink2"
+DEFAULT_INTER_LINK = "ib_edr"
+"""A cluster's figures where neither it nor its GPU's usual node (``GPU.node``) names them; one GPU
+and one NIC per node then."""
+
+
+def node_defaults(spec: dict[str, Any], gpu: GPU) -> dict[str, Any]:
+    """What the GPU's usual node (its catalog ``node``: DGX / HGX) gives a cluster that does not say:
+    GPUs per node and the link between them; the inter-node link and the NICs per node too, unless
+    the cluster names another inter-node link or another GPU count per node (another server: its
+    NICs are then its own, one unless it says), so
+    that an A100 cluster that names nothing is a DGX A100's 8 GPUs on NVLink 3 with 8 HDR NICs, each
+    GPU's traffic on its own NIC. Keys the cluster gives are not returned (the caller's win)."""
+    node = gpu.node
+    if node is None:
+        return {}
+    out: dict[str, Any] = {"gpus_per_node": node.gpus_per_node, "intra_link": node.intra_link}
+    if (spec.get("inter_link", node.inter_link) == node.inter_link
+            and spec.get("gpus_per_node", node.gpus_per_node) == node.gpus_per_node):
+        out.update(inter_link=node.inter_link, nics_per_node=node.nics_per_node)
+    return {k: v for k, v in out.items() if k not in spec}
+
+
+def _named(where: str, spec: dict[str, Any], key: str, gpu: GPU) -> str:
+    """The field an unknown link is reported under: the cluster's, or the GPU's node's that supplied it."""
+    node = gpu.node
+    if node is not None and spec.get(key) == getattr(node, key):
+        return f"{where}.{key} (from {gpu.name}'s node)"
+    return f"{where}.{key}"
 
 
 def _on_host(link: Link, host: Host | None) -> Link:

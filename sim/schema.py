@@ -125,6 +125,12 @@ def field_types() -> dict[str, Any]:
         "gpu.memory_bandwidth_GBps": NUM_POS, "gpu.memory_GiB": NUM_POS, "gpu.efficiency": FRACTION,
         "gpu.launch_overhead_us": NUM_NONNEG, "gpu.kind": _enum(DEVICE_KINDS), "gpu.compute_capability": NUM_POS,
         "gpu.nvlinks": INT_NONNEG, "gpu.sm_count": INT_NONNEG, "gpu.source": STRING,
+        "gpu.node": {"type": "object", "additionalProperties": False, "required": ["gpus_per_node", "intra_link",
+                     "inter_link", "nics_per_node"],
+                     "description": "the server the GPU usually comes in (DGX/HGX): a cluster that does not say "
+                                    "otherwise gets its GPUs per node, intra-node link, inter-node link and NICs",
+                     "properties": {"gpus_per_node": INT_POS, "intra_link": STRING, "inter_link": STRING,
+                                    "nics_per_node": INT_POS, "source": STRING}},
         "gpu.base": {"type": "string", "examples": sorted(catalog.gpus)}, "gpu.compute_scale": NUM_POS,
         "gpu.host": {"type": "string", "examples": sorted(catalog.hosts)},
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
@@ -176,6 +182,12 @@ def large_model_fields() -> dict[str, Any]:
                                          "zero_optimization.stage): 1 optimizer state (Megatron-LM "
                                          "--use-distributed-optimizer), 2 + gradients (FSDP SHARD_GRAD_OP), 3 + "
                                          "parameters (FSDP FULL_SHARD)"),
+        "strategy.overlap_param_gather": described(BOOL, "ZeRO-1/2: the allgather of the updated parameters "
+                                                   "overlaps the next forward bucket by bucket (Megatron-LM "
+                                                   "--overlap-param-gather with --use-distributed-optimizer)"),
+        "strategy.overlap_grad_reduce": described(BOOL, "with micro-batches: each gradient bucket's reduction starts "
+                                                  "in the last micro-batch's backward (Megatron-LM "
+                                                  "--overlap-grad-reduce); not with ZeRO-3"),
         "strategy.attention": described(_enum(ATTENTION), "attention kernels: flash stores no s x s scores (its "
                                         "backward recomputes them), eager stores them; auto: flash on compute "
                                         "capability 8.0 and newer"),
