@@ -73,6 +73,7 @@ def plan_schema() -> dict[str, Any]:
         "schedules": some({"enum": list(SCHEDULES)}),
         "max_cp": INT_POS, "max_vpp": INT_POS, "max_ep": INT_POS,
         "zero_stages": some({"enum": list(ZERO_STAGES)}), "recompute": some({"enum": list(RECOMPUTE)}),
+        "allow_lossy": {"type": "boolean"},
     }
     assert set(props) == set(PLAN_KEYS), sorted(set(props) ^ set(PLAN_KEYS))
     return {"type": "object", "additionalProperties": False, "properties": {k: props[k] for k in PLAN_KEYS}}

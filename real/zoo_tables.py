@@ -27,7 +27,8 @@ from sim.transformer import architecture_from_dict, transformer_rows
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "sim" / "data" / "workloads"
 YAML_KEYS = ("description", "source", "default_batch_size", "default_batch_size_source", "optimizer",
-             "optimizer_source", "flop_convention", "published", "architecture")
+             "optimizer_source", "flop_convention", "published", "global_batch_tokens", "global_batch_source",
+             "architecture")
 
 
 def derive_zoo(name: str, device: str = "meta") -> Derived:

@@ -63,6 +63,10 @@ class Workload:
     description: str = ""
     source: str = ""
     published: dict[str, Any] | None = None
+    global_batch_tokens: int | None = None
+    """Tokens per optimizer step its authors trained with (a zoo preset's ``global_batch_tokens``):
+    a plan without --global-batch uses it (global batch = tokens / seq_len). None: not published."""
+    global_batch_source: str = ""
     architecture: Architecture | None = None
     """A transformer's dimensions when its table is the closed form of sim.transformer (the zoo's
     transformers, ``seq_len``/``architecture`` overrides, the decoder); the memory model then
@@ -220,6 +224,8 @@ def _load_zoo_entry(name: str) -> Workload:
         description=meta.get("description", ""),
         source=meta.get("source", ""),
         published=meta.get("published"),
+        global_batch_tokens=meta.get("global_batch_tokens"),
+        global_batch_source=meta.get("global_batch_source", ""),
         architecture=arch,
     )
 
@@ -327,6 +333,8 @@ def _model_workload(spec: dict[str, Any], where: str) -> Workload:
             arch = architecture_from_dict(spec["architecture"], f"{where}.architecture", base=preset)
     if "seq_len" in spec:
         arch = with_seq_len(arch, spec["seq_len"], where)
+    if "architecture" in spec:  # another model than the preset's authors trained: their batch is not its own
+        base = replace(base, global_batch_tokens=None, global_batch_source="")
     return replace(base, layers=transformer_layers(arch), architecture=arch)
 
 

@@ -27,7 +27,8 @@ def test_plan_prints_writes_and_reproduces(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0
     enumerated = int(re.search(r"searched ([\d,]+) candidates", out).group(1).replace(",", ""))
-    assert "why: The winner beats the runner-up (" in out
+    assert "\nwhy: " in out and "the best of each structure" in out and "\nclosest: " in out
+    assert "searched: nccl only (other libraries: --backends); gradients on the wire in" in out
     assert "checked: simulate() of the top 3 gives the planner's figures" in out
     with open(tmp_path / "candidates.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))

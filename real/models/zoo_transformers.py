@@ -36,8 +36,16 @@ def _arch(**dims: Any) -> Architecture:
     return architecture_from_dict(dims, where="zoo")
 
 
+LLAMA2_TOKENS = (1024 * 4096, "Touvron et al. 2023 (arXiv:2307.09288) section 2.2: a global batch of 4M tokens "
+                 "(1024 sequences of 4096)")
+LLAMA3_TOKENS = (1024 * 8192, "Llama Team 2024 (arXiv:2407.21783) section 3.4.1: the batch doubled to 8M tokens in "
+                 "sequences of 8,192 after the first 252M tokens (1024 sequences)")
+GPT3_TOKENS = (1536 * 2048, "Megatron-LM's GPT-3 175B script (examples/pretrain_gpt3_175B.sh, aed2f75e): "
+               "--global-batch-size 1536 of 2048 tokens, 3.1M tokens; Brown et al. 2020 Table 2.1: 3.2M tokens")
+
+
 def _spec(arch: Architecture, *, description: str, source: str, batch: int, batch_note: str, params: int,
-          params_source: str, extra_per_token: int = 0) -> ModelSpec:
+          params_source: str, extra_per_token: int = 0, tokens: tuple[int, str] | None = None) -> ModelSpec:
     published: dict[str, Any] = {"params": params}
     if arch.family != "llama":
         flops = transformer_fwd_flops(layers=arch.layers, seq=arch.seq_len, d_model=arch.hidden, vocab=arch.vocab,
@@ -48,6 +56,8 @@ def _spec(arch: Architecture, *, description: str, source: str, batch: int, batc
     zoo = {"description": description, "source": source, "default_batch_size": batch,
            "default_batch_size_source": batch_note, "optimizer": "adam", "optimizer_source": ADAM,
            "flop_convention": FLOP_CONVENTION, "published": published, "architecture": arch.as_dict()}
+    if tokens is not None:
+        zoo["global_batch_tokens"], zoo["global_batch_source"] = tokens
     return ModelSpec(partial(build_transformer_model, arch), transformer_batch(arch), nn.CrossEntropyLoss,
                      cpu_sized=False, info=arch.as_dict(), zoo=zoo)
 
@@ -159,6 +169,7 @@ TRANSFORMER_MODELS: dict[str, ModelSpec] = {
         params=LLAMA2_PUBLISHED[size],
         params_source=f"Touvron et al. 2023: {size.upper()}; the released checkpoint meta-llama/Llama-2-{size}-hf "
                       f"holds {LLAMA2_PUBLISHED[size]} parameters (untied output head)",
+        tokens=LLAMA2_TOKENS,
     ) for size, arch in LLAMA2.items()},
     **{f"llama3_{size}": _spec(
         arch,
@@ -168,6 +179,7 @@ TRANSFORMER_MODELS: dict[str, ModelSpec] = {
         params=LLAMA3_PUBLISHED[size][0],
         params_source=f"Llama Team 2024: {size.upper()}; the released checkpoint {LLAMA3_PUBLISHED[size][1]} parameters "
                       "(untied output head)",
+        tokens=LLAMA3_TOKENS,
     ) for size, arch in LLAMA3.items()},
     "gpt3_175b": _spec(
         GPT3_175B,
@@ -177,6 +189,7 @@ TRANSFORMER_MODELS: dict[str, ModelSpec] = {
         params=175_000_000_000,
         params_source="Brown et al. 2020 Table 2.1: 175.0B (this architecture with GPT-2's vocabulary and learned "
                       "positions, head tied to the token embedding, counts 174.6B)",
+        tokens=GPT3_TOKENS,
     ),
     "mixtral_8x7b": _spec(
         MIXTRAL,

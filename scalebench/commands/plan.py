@@ -85,9 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory per GPU to plan with (default: the GPU's)")
     search.add_argument("--max-candidates", dest="max_candidates", type=_typed("--max-candidates", int),
                         help="refuse a larger space before simulating (default 1,000,000)")
-    search.add_argument("--backends", help="comma list of nccl, gloo, mpi (default: what the devices run)")
+    search.add_argument("--backends", help="comma list of nccl, gloo, mpi (default: NCCL on GPUs; gloo and MPI on CPUs)")
     search.add_argument("--collectives", help="comma list (default: auto, the library's allreduce algorithms, hierarchical)")
-    search.add_argument("--codecs", help="comma list of none, fp16, bf16, fp8_e4m3[:allgather|:reduce_scatter] ...")
+    search.add_argument("--codecs", help="comma list of none, fp16, bf16, fp8_e4m3[:allgather|:reduce_scatter] ... "
+                        "(default: none, gradients in the compute precision)")
+    search.add_argument("--allow-lossy", dest="allow_lossy", action="store_true", default=None,
+                        help="also try codecs narrower than the precision (fp16, fp8): they round every gradient")
     search.add_argument("--bucket-mib", dest="bucket_mib", help="comma list of bucket sizes in MiB (default 5,25,100)")
     search.add_argument("--schedules", help="comma list of gpipe, 1f1b (default both)")
     out = parser.add_argument_group("output")
@@ -138,6 +141,8 @@ def plan_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
             raise ConfigError("variability", variability, "a mapping (--no-stragglers sets variability.stragglers in it)")
         spec["variability"] = {**variability, "stragglers": args.stragglers}
     plan = dict(spec.get("plan") or {})
+    if getattr(args, "allow_lossy", None):
+        plan["allow_lossy"] = True
     for key in PLAN_FLAGS:
         if getattr(args, key) is not None:
             plan[key] = getattr(args, key)
@@ -175,7 +180,7 @@ def _request(args: argparse.Namespace):
     from sim.planner import plan_request_from_dict
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
-    names = {key: _flag(key) for key in (*PLAN_FLAGS, *LIST_FLAGS, "model", "gpus", "batch_size")}
+    names = {key: _flag(key) for key in (*PLAN_FLAGS, *LIST_FLAGS, "model", "gpus", "batch_size", "allow_lossy")}
     return plan_request_from_dict(plan_spec_from_args(args), catalog, names)
 
 

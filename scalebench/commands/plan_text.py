@@ -29,17 +29,31 @@ def header(request: PlanRequest) -> list[str]:
     counts = ", ".join(str(g) for g in request.gpu_counts)
     if request.global_batch:
         batch = f"global batch {request.global_batch} (batch per replica = {request.global_batch} / dp)"
+        if request.global_batch_source:
+            batch += f"\n  global batch from {request.global_batch_source}"
     else:
         batch = (f"batch {w.batch_size} per replica, whatever dp is (weak scaling: the workload's batch; "
                  "--global-batch fixes the total instead)")
+    rails = ", rail-aligned: each GPU's traffic on its own NIC" if c.nics_per_node >= c.gpus_per_node > 1 else ""
     return [
         f"scalebench plan: {w.name} ({_count(w.param_count)} parameters, {w.optimizer}) on {c.gpu.name}, "
         f"{c.gpus_per_node} per node, intra {c.intra_link.name}, inter {c.inter_link.name} "
-        f"({c.nics_per_node} NIC{'s' if c.nics_per_node > 1 else ''} per node)",
+        f"({c.nics_per_node} NIC{'s' if c.nics_per_node > 1 else ''} per node{rails})",
         f"  GPUs {counts}; {request.precision}; {batch}; memory per GPU {human_bytes(request.memory_limit_bytes)}",
         f"  objective {OBJECTIVE_TEXT[request.objective]}",
         f"  {stragglers_line(request.variability, request.cluster.gpu)}",
+        f"  {trust_line(request)}",
     ]
+
+
+def trust_line(request: PlanRequest) -> str:
+    """What the search leaves out unless asked: other libraries than the devices' own, lossy codecs."""
+    libraries = ", ".join(request.backends)
+    only = request.cluster.gpu.kind == "gpu" and request.backends == ("nccl",)
+    lossy = [c for c, _ in request.codecs if c is not None]
+    codecs = (f"codecs {', '.join(dict.fromkeys(lossy))} (they round the gradients)" if lossy
+              else f"gradients on the wire in {request.precision} (lossy codecs: --allow-lossy)")
+    return (f"searched: {libraries}{' only (other libraries: --backends)' if only else ''}; {codecs}")
 
 
 def _count(n: float) -> str:
@@ -65,13 +79,14 @@ def summary(result: PlanResult) -> list[str]:
 
 HEAD = (f" {'#':>2} {'GPUs':>5} {'dp x pp x tp':>13} {'batch':>5} {'micro':>5} {'sched':>5} {'iteration':>10} "
         f"{'compute':>10} {'recompute':>10} {'TP comm':>9} {'CP/EP/Z3':>9} {'bubble':>9} {'exposed':>9} {'overlap':>9} "
-        f"{'waiting':>9} {'codec':>9} {'memory':>9} {'samples/s':>10}  settings; synchronisation")
+        f"{'waiting':>9} {'codec':>9} {'memory':>9} {'samples/s':>10} {'MFU':>5} {'w/ rc':>5}  settings; synchronisation")
 
 
-def _row(rank: int | str, c, note: str = "") -> str:
-    from sim.planner.explain import parts_s
+def _row(rank: int | str, c, note: str = "", request: PlanRequest | None = None) -> str:
+    from sim.planner.explain import mfu, parts_s
 
     o, la = c.outcome, c.layout
+    model, hardware = mfu(c, request) if request is not None else (float("nan"), float("nan"))
     assert o is not None
     compute = parts_s(o)["compute"]
     return (f" {rank:>2} {la.gpus:>5} {f'{la.dp} x {la.pp} x {la.tp}':>13} {la.batch:>5} {la.micro_batches:>5} "
@@ -80,7 +95,7 @@ def _row(rank: int | str, c, note: str = "") -> str:
             f"{human_seconds(o.model_comm_time_s):>9} {human_seconds(o.bubble_time_s):>9} "
             f"{human_seconds(o.exposed_comm_time_s):>9} {human_seconds(o.overlap_slowdown_time_s):>9} "
             f"{human_seconds(o.straggler_wait_time_s):>9} {human_seconds(o.codec_time_s):>9} "
-            f"{human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f}  "
+            f"{human_bytes(o.memory_bytes):>9} {1 / c.time_per_sample_s:>10,.1f} {100 * model:>4.0f}% {100 * hardware:>4.0f}%  "
             f"{la.extras() + ('; ' if la.extras() else '')}{c.sync.label()}{note}")
 
 
@@ -89,7 +104,7 @@ def top_table(result: PlanResult) -> list[str]:
     top = result.request.top
     lines = [HEAD]
     for rank, (c, same) in enumerate(result.distinct(top), start=1):
-        lines.append(_row(rank, c, f" (+{len(same)} equal)" if same else ""))
+        lines.append(_row(rank, c, f" (+{len(same)} equal)" if same else "", result.request))
     w = result.winner.layout
     seen = {(w.gpus, w.dp, w.pp, w.tp, w.cp)}
     others = []
@@ -105,7 +120,34 @@ def top_table(result: PlanResult) -> list[str]:
         best = result.winner.objective_value(result.request.objective)
         for rank, c in others:
             gap = 100 * (c.objective_value(result.request.objective) / best - 1)
-            lines.append(_row("", c, f"  [#{rank:,}, +{gap:.0f} %]" if gap >= 10 else f"  [#{rank:,}, +{gap:.2g} %]"))
+            lines.append(_row("", c, f"  [#{rank:,}, +{gap:.0f} %]" if gap >= 10 else f"  [#{rank:,}, +{gap:.2g} %]",
+                              result.request))
+    return lines
+
+
+def structure_lines(result: PlanResult) -> list[str]:
+    """The best plan of each structure (sim.planner.explain.structures) and what decides against it."""
+    from sim.planner.explain import mfu, structures
+
+    g = result.request.cluster.gpus_per_node
+    lines = [f"the best of each structure ({g} GPUs per node):",
+             f"  {'structure':<20} {'GPUs':>5} {'dp x pp x tp':>13} {'iteration':>10} {'MFU':>5}  {'vs winner':>9}  "
+             "settings; what decides"]
+    for row in structures(result):
+        c = row.best
+        if c is None:
+            why_not = (f"does not fit: the smallest needs {human_bytes(row.memory_bytes)} per GPU" if row.memory_bytes
+                       else f"not searched: {REASONS.get(row.rule, row.rule)}")
+            lines.append(f"  {row.family:<20} {'-':>5} {'-':>13} {'-':>10} {'-':>5}  {'-':>9}  {why_not}")
+            continue
+        assert c.outcome is not None
+        la = c.layout
+        model, _ = mfu(c, result.request)
+        gap = "winner" if row.reasons == ("the winner",) else f"+{100 * row.gap:.2g} %"
+        settings = la.extras() or "-"
+        lines.append(f"  {row.family:<20} {la.gpus:>5} {f'{la.dp} x {la.pp} x {la.tp}':>13} "
+                     f"{human_seconds(c.outcome.iteration_time_s):>10} {100 * model:>4.0f}%  {gap:>9}  "
+                     f"{settings}; {', '.join(row.reasons)}")
     return lines
 
 
@@ -128,7 +170,7 @@ def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> in
     from experiments.plan_report import draw_pareto, write_candidates_csv, write_winner
     from sim.fileio import check_writable
     from sim.planner import plan_search
-    from sim.planner.explain import why
+    from sim.planner.explain import structure_sentence, why
     from sim.planner.verify import confirm, verify
 
     out = check_writable("--out", out_dir or default_out(request), directory=True)  # before the search
@@ -139,9 +181,14 @@ def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> in
     print("\n".join(top_table(result)))
     print("  (compute: forward + backward + optimizer of the busiest stage, without its recomputation, TP collectives "
           "and CP/EP/ZeRO-3 communication (ring attention's sends, all-to-alls, ZeRO-3 gathers not hidden); overlap: what "
-          "collectives beside it took from it; waiting: for the slowest GPU; codec time is inside communication)")
+          "collectives beside it took from it; waiting: for the slowest GPU; codec time is inside communication; MFU: "
+          "model FLOPs per second over the GPUs' peak (PaLM's 6N + 12LHQT per token), w/ rc: the recomputed forward "
+          "counted too (Narayanan et al.'s achieved FLOP/s))")
     print("\n".join(memory_lines(result)))
-    print(f"\nwhy: {why(result)}")
+    print()
+    print("\n".join(structure_lines(result)))
+    print(f"\nwhy: {structure_sentence(result)}")
+    print(f"closest: {why(result)}")
     start = time.perf_counter()
     confirmed = confirm(result, request.top)
     print(f"checked: simulate() of the top {len(confirmed)} gives the planner's figures "

@@ -9,8 +9,11 @@ communication (hidden or exposed), so it is shown beside the parts, not among th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.planner.evaluate import Outcome
 from sim.planner.search import TIE_REL, Candidate, PlanResult
+from sim.planner.space import FAMILIES, family, family_of
 from sim.units import human_seconds
 
 PART_NAMES = ("compute", "recomputation", "tensor-parallel allreduces", "context/expert/ZeRO-3 communication",
@@ -110,6 +113,11 @@ def why(result: PlanResult) -> str:
     tie_note = (f" ({ties} other candidates tie with it)" if ties > 1 else " (1 other candidate ties with it)") if ties else ""
     if r is None:
         return f"Only one outcome is possible here{tie_note}: every candidate simulated takes the same time."
+    assert r.outcome is not None and w.outcome is not None
+    close = r.objective_value(objective) / w.objective_value(objective) - 1
+    if close <= TIE_SHARE and family(r.layout) == family(w.layout):
+        return (f"the runner-up ({', '.join(differences(w, r)) or 'the same settings'}) is within {100 * close:.2g} % of "
+                f"the winner{tie_note}: settings that decide nothing here.")
     assert w.outcome is not None and r.outcome is not None
     sw, sr = scale(w, objective, per_iteration), scale(r, objective, per_iteration)
     pw, pr = parts_s(w.outcome), parts_s(r.outcome)
@@ -145,3 +153,140 @@ def pareto(result: PlanResult, axis: str) -> list[Candidate]:
                 continue
             front.append(c)
     return front
+
+
+# -- the best plan of each structure, and what decides between them ---------------------------
+
+TIE_SHARE = 0.005
+"""Within half a percent of the winner: a tie the explanation names, not a reason."""
+
+
+@dataclass(frozen=True)
+class StructureRow:
+    family: str
+    best: Candidate | None
+    """The best simulated candidate of the structure (None: none fits, or none is in the space)."""
+    memory_bytes: float = 0.0
+    """Without a candidate: the least memory any of its layouts needs (0: none was costed)."""
+    rule: str = ""
+    """Without a candidate and without a memory figure: the rule that keeps it out of the space."""
+    gap: float = 0.0
+    """Slower than the winner by this share of the winner's objective."""
+    reasons: tuple[str, ...] = ()
+    """What decides against it (or, for the winner, that it wins)."""
+
+
+def mfu(c: Candidate, request) -> tuple[float, float]:
+    """(MFU by PaLM's count, by Narayanan et al.'s count with recomputation) of a simulated candidate."""
+    from sim.mfu import model_flops_per_sample, recompute_flops_per_sample, utilisation
+
+    w = request.workload
+    peak = request.cluster.gpu.flops_for(request.precision)
+    rate = 1.0 / c.time_per_sample_s
+    model = model_flops_per_sample(w)
+    hardware = model + recompute_flops_per_sample(w, c.layout.recompute)
+    return utilisation(model, rate, c.layout.gpus, peak), utilisation(hardware, rate, c.layout.gpus, peak)
+
+
+def _phrase(part: str, amount: str, c: Candidate, g: int) -> str:
+    la = c.layout
+    if part == "pipeline bubble":
+        chunks = f", {la.vpp} chunks each" if la.vpp > 1 else ""
+        return f"pipeline bubble ({la.pp} stages{chunks}, {la.micro_batches} micro-batches) {amount}"
+    if part == "tensor-parallel allreduces":
+        where = f"across nodes (tp {la.tp} > {g} GPUs per node)" if la.tp > g else f"inside a node (tp {la.tp})"
+        return f"tensor-parallel traffic {where} {amount}"
+    if part == "exposed communication":
+        return f"data-parallel traffic not hidden (dp {la.dp}) {amount}"
+    if part == "recomputation":
+        return f"recomputation ({la.recompute}, to fit in memory) {amount}"
+    if part == "context/expert/ZeRO-3 communication":
+        what = "ZeRO-3 gathers" if la.zero_stage == 3 else "context/expert-parallel traffic"
+        return f"{what} not hidden {amount}"
+    if part == "compute":
+        return f"compute {amount}"
+    return f"{part} {amount}"
+
+
+def structures(result: PlanResult) -> list[StructureRow]:
+    """The best candidate of each structure (FAMILIES) beside the winner, and what decides: memory
+    (no layout of it fits), a rule (none is in the space), or the parts of its iteration that are
+    longer than the winner's (bubble, tensor-parallel traffic inside or across nodes, data-parallel
+    traffic, recomputation, ZeRO-3's gathers), in the objective's unit."""
+    request = result.request
+    objective = request.objective
+    per_iteration = result.per_iteration()
+    g = request.cluster.gpus_per_node
+    w = result.winner
+    best: dict[str, Candidate] = {}
+    for ranked in result.ranked:
+        best.setdefault(family(ranked.layout), ranked)
+    need: dict[str, float] = {}
+    for removed in result.candidates:
+        if removed.reason == "memory" and removed.memory_bytes:
+            key = family(removed.layout)
+            need[key] = min(need.get(key, float("inf")), removed.memory_bytes)
+    for r in result.rejected_layouts:
+        if r.reason == "memory" and r.layout is not None and r.memory_bytes:
+            key = family(r.layout)
+            need[key] = min(need.get(key, float("inf")), r.memory_bytes)
+    rules: dict[str, str] = {}
+    for r in result.rejected_layouts:
+        if r.layout is None:
+            rules.setdefault(family_of(r.tp, r.pp), r.reason)
+    w_value = w.objective_value(objective)
+    sw = scale(w, objective, per_iteration)
+    pw = parts_s(w.outcome) if w.outcome is not None else {}
+    rows = []
+    for name in FAMILIES:
+        c = best.get(name)
+        if c is None:
+            if name in need:
+                rows.append(StructureRow(name, None, memory_bytes=need[name]))
+            elif name in rules:
+                rows.append(StructureRow(name, None, rule=rules[name]))
+            continue
+        if c is w:
+            rows.append(StructureRow(name, c, reasons=("the winner",)))
+            continue
+        gap = c.objective_value(objective) / w_value - 1
+        assert c.outcome is not None
+        sc = scale(c, objective, per_iteration)
+        pc = parts_s(c.outcome)
+        deltas = {k: pc.get(k, 0.0) * sc - pw.get(k, 0.0) * sw for k in dict.fromkeys([*pc, *pw]) if k != "other"}
+        if gap <= TIE_SHARE:
+            rows.append(StructureRow(name, c, gap=gap, reasons=("ties with the winner",)))
+            continue
+        total = c.objective_value(objective) - w_value
+        ups = sorted(((d, k) for k, d in deltas.items() if d > 0.1 * total), reverse=True)[:2]
+        more = "more" if objective == "gpu_hours" else "longer"
+        reasons = tuple(_phrase(k, f"{_amount(d, objective)} {more}", c, g) for d, k in ups) or (
+            "no single part: small differences add up",)
+        rows.append(StructureRow(name, c, gap=gap, reasons=reasons))
+    return rows
+
+
+def structure_sentence(result: PlanResult) -> str:
+    """What decides the winner's structure, one clause per other structure (structures())."""
+    rows = structures(result)
+    w = result.winner
+    wf = family(w.layout)
+    extras = w.layout.extras()
+    head = f"{wf} wins ({w.layout.dp} x {w.layout.pp} x {w.layout.tp}{', ' + extras if extras else ''})"
+    clauses = []
+    for r in rows:
+        if r.family == wf:
+            continue
+        if r.best is None:
+            if r.memory_bytes:
+                clauses.append(f"{r.family} does not fit (the smallest needs {r.memory_bytes / 2**30:.1f} GiB per GPU)")
+            else:
+                from sim.planner.space import REASONS
+
+                clauses.append(f"{r.family} is not in the space ({REASONS.get(r.rule, r.rule)})")
+            continue
+        if r.gap <= TIE_SHARE:
+            clauses.append(f"{r.family} ties with it ({100 * r.gap:.2g} %)")
+            continue
+        clauses.append(f"{r.family} is {100 * r.gap:.2g} % slower: {' and '.join(r.reasons)}")
+    return head + (": " + "; ".join(clauses) + "." if clauses else ".")

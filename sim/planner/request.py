@@ -40,7 +40,7 @@ alike (one is the other's reciprocal); they differ in what the table shows."""
 PLAN_KEYS = (
     "objective", "max_gpus", "global_batch", "top", "max_tp", "max_pp", "max_micro_batches", "backends",
     "collectives", "codecs", "bucket_mib", "schedules", "max_memory_gib", "max_candidates",
-    "max_cp", "max_vpp", "max_ep", "zero_stages", "recompute",
+    "max_cp", "max_vpp", "max_ep", "zero_stages", "recompute", "allow_lossy",
 )
 LONG_CONTEXT_TOKENS = 16384
 """Context parallelism is searched by default from this sequence length on: NeMo's long-context
@@ -59,9 +59,13 @@ FIXED_STRATEGY_KEYS = ("precision", "stage_balance", "protocol", "ps_servers", "
 """Strategy fields a plan keeps as given; every other one it searches or leaves at its default."""
 DEFAULT_BUCKET_MIB = (5.0, 25.0, 100.0)
 """Bucket sizes tried: DDP's default 25 MiB (torch/nn/parallel/distributed.py), a fifth and four times it."""
-DEFAULT_CODECS = (None, "fp16", "fp8_e4m3")
-"""Wire formats tried: none (the compute precision), fp16, fp8 (e4m3); those no smaller than the
-precision are left out, non-summable ones are tried on both of their paths."""
+DEFAULT_CODECS = (None,)
+"""Wire formats tried by default: the compute precision only. A codec narrower than the precision
+rounds every gradient (it changes the training's numerics), so a plan never picks one unless asked:
+``allow_lossy`` (--allow-lossy) adds LOSSY_CODECS, ``codecs`` (--codecs) names its own."""
+LOSSY_CODECS = ("fp16", "fp8_e4m3")
+"""What --allow-lossy adds: fp16 and fp8 (e4m3) on the wire; those no smaller than the precision are
+left out, non-summable ones are tried on both of their paths."""
 ALLREDUCE_ALGORITHMS = {
     "nccl": ("ring", "tree", "nvls"),
     "gloo": ("ring",),
@@ -85,6 +89,9 @@ class PlanRequest:
     objective: str = "time"
     global_batch: int | None = None
     """Samples per iteration over all replicas; None: weak scaling, the workload's batch per replica."""
+    global_batch_source: str = ""
+    """Where the global batch came from when the plan was not given one: the model's published tokens
+    per step (``Workload.global_batch_tokens``); empty when given (or weak scaling)."""
     max_tp: int = 1
     max_pp: int | None = None
     max_cp: int = 1
@@ -99,6 +106,10 @@ class PlanRequest:
     """Recomputation settings the search may use, lightest first."""
     max_micro_batches: int | None = None
     backends: tuple[str, ...] = ("nccl",)
+    """Default: the devices' own library alone (NCCL on GPUs: what GPU clusters run; gloo and MPI on
+    CPUs); others only when named (--backends)."""
+    allow_lossy: bool = False
+    """Whether the default codecs include the lossy ones (LOSSY_CODECS)."""
     collectives: tuple[str, ...] | None = None
     """None: auto, each allreduce algorithm of the library, and hierarchical."""
     codecs: tuple[tuple[str | None, str | None], ...] = ((None, None),)
@@ -211,6 +222,15 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         if isinstance(spec["workload"], dict) and "batch_size" in spec["workload"]:
             raise ConfigError(name("batch_size"), spec["workload"]["batch_size"],
                               f"absent with {name('global_batch')} (the batch per replica is then the global batch / dp)")
+    batch_given = isinstance(spec["workload"], dict) and "batch_size" in spec["workload"]
+    global_batch_source = ""
+    if global_batch is None and not batch_given and workload.global_batch_tokens and workload.architecture is not None:
+        # a large model is trained with a fixed number of tokens per step, not a fixed batch per GPU (weak scaling
+        # would favour the largest dp): its authors' own, in sequences of the workload's length
+        global_batch = max(1, workload.global_batch_tokens // workload.architecture.seq_len)
+        global_batch_source = (f"{workload.name}'s published {workload.global_batch_tokens:,} tokens per step: "
+                               f"{workload.global_batch_source}; {name('global_batch')} sets another, "
+                               f"{name('batch_size')} plans weak scaling")
     max_tp = require_positive(name("max_tp"), opt("max_tp", g), integer=True)
     max_pp = opt("max_pp")
     if max_pp is not None:
@@ -231,6 +251,9 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
             raise ConfigError(name("max_memory_gib"), gib, f"at most the {limit / GIB:g} GiB of a {cluster.gpu.name}")
         limit = float(gib * GIB)
     backends = _backends(opt("backends"), cluster, name("backends"), strategy.protocol)
+    allow_lossy = opt("allow_lossy", False)
+    if not isinstance(allow_lossy, bool):
+        raise ConfigError(name("allow_lossy"), allow_lossy, "true or false")
     return PlanRequest(
         workload=workload,
         cluster=cluster,
@@ -239,6 +262,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         strategy=strategy,
         objective=objective,
         global_batch=global_batch,
+        global_batch_source=global_batch_source,
         max_tp=max_tp,
         max_pp=max_pp,
         max_cp=max_cp,
@@ -247,7 +271,8 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         max_micro_batches=max_micro,
         backends=backends,
         collectives=_collectives(opt("collectives"), name("collectives")),
-        codecs=_codecs(opt("codecs"), strategy.precision, name("codecs")),
+        codecs=_codecs(opt("codecs"), strategy.precision, name("codecs"), allow_lossy),
+        allow_lossy=allow_lossy,
         bucket_mib=_buckets(opt("bucket_mib"), name("bucket_mib")),
         schedules=_choices(opt("schedules"), SCHEDULES, name("schedules")) if opt("schedules") is not None else SCHEDULES,
         zero_stages=_zero_stages(opt("zero_stages"), name("zero_stages")),
@@ -322,6 +347,8 @@ def _backends(value: Any, cluster: Cluster, field: str, protocol: str | None) ->
         raise ConfigError("strategy.protocol", protocol, f"none on {cluster.gpu.name}: no library there has it")
     if value is None:
         first = default_backend(cluster.gpu)
+        if cluster.gpu.kind == "gpu" and first in usable:
+            return (first,)  # a GPU cluster runs NCCL; gloo or MPI only when asked (--backends)
         return (first, *(b for b in usable if b != first))
     chosen = _choices(value, tuple(BACKENDS), field)
     for b in chosen:
@@ -337,13 +364,14 @@ def _collectives(value: Any, field: str) -> tuple[str, ...] | None:
     return _choices(value, COLLECTIVES, field)
 
 
-def _codecs(value: Any, precision: str, field: str) -> tuple[tuple[str | None, str | None], ...]:
-    """``none``, a codec (every path it has), or ``codec:path``; default DEFAULT_CODECS, those
-    smaller than the precision."""
+def _codecs(value: Any, precision: str, field: str, allow_lossy: bool = False) -> tuple[tuple[str | None, str | None], ...]:
+    """``none``, a codec (every path it has), or ``codec:path``; default DEFAULT_CODECS, with
+    ``allow_lossy`` also LOSSY_CODECS smaller than the precision."""
     from sim.codecs import CODEC_PATHS
 
     if value is None:
-        names = [c for c in DEFAULT_CODECS if c is None or CODECS[c].bytes_per_elem < DTYPE_BYTES[precision]]
+        wanted = DEFAULT_CODECS + (LOSSY_CODECS if allow_lossy else ())
+        names = [c for c in wanted if c is None or CODECS[c].bytes_per_elem < DTYPE_BYTES[precision]]
         return tuple(p for c in names for p in _paths(c))
     out: list[tuple[str | None, str | None]] = []
     for item in _as_list(value, field):
