@@ -62,6 +62,11 @@ documentation or source, never from a result to match:
   LOADERS): each framework's ImageNet example's loader (PyTorch's DataLoader, Chainer's
   MultiprocessIterator, MXNet's ImageRecordIter, TensorFlow's queue runners); CNTK's and Caffe2's
   C++ readers as a thread pool; Horovod names none (it runs under TensorFlow or PyTorch).
+- megatron_lm_2021: Megatron-LM as of its SC'21 paper (aed2f75e, April 2021): LocalDDP, the default
+  --DDP-impl, coalesces every fp16 gradient into one buffer and allreduces it after the whole
+  forward-backward schedule, not overlapped (megatron/training.py train_step,
+  'backward-params-all-reduce'; megatron/model/distributed.py allreduce_gradients); the optimizer
+  step follows. Its layouts (tensor, pipeline, interleaving, recomputation) are the strategy's own.
 - horovod (above) negotiates every cycle point to point with its coordinator (Horovod
   0.9-0.13.2: sim/costs/coordination.py horovod_p2p); horovod_0.21 agrees through its response
   cache (>= 0.16.2: horovod_cached).
@@ -93,6 +98,7 @@ FRAMEWORKS: dict[str, dict[str, Any]] = {
                  "data_loader": "mxnet_image_record_iter"},
     "cntk": {"backend": "mpi", "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": False,
              "mpi_library": "openmpi-1.10", "mpi_gpu_buffers": "host_copy_pinned", "data_loader": "cpp_thread_pool"},
+    "megatron_lm_2021": {"bucket_mib": 1e9, "first_bucket_mib": 1e9, "overlap": False},
     "caffe2_gloo": {"collective": "hierarchical_root", "backend": "gloo", "root_collective": "halving_doubling",
                     "concurrent_collectives": 16, "bucket_mib": 1e-6, "first_bucket_mib": 1e-6, "overlap": True,
                     "data_loader": "cpp_thread_pool"},

@@ -47,7 +47,8 @@ from validation.devset_rows import DEVSET_DIR, Prediction, horovod_scenario
 from validation.devset_rows import read_rows as _read
 
 FILES = ("tc_allreduce_p2p.csv", "nccl_busbw_single_node.csv", "horovod_tcp_vs_roce.csv",
-         "chainermn_2017_frameworks.csv", "goyal_2017_caffe2_gloo.csv", "horovod_docs_roce.csv")
+         "chainermn_2017_frameworks.csv", "goyal_2017_caffe2_gloo.csv", "horovod_docs_roce.csv",
+         "llm_megatron_2021.csv")
 TC_HOST = "aws_p3_2xlarge"
 """The tc rows' nodes: AWS p3.2xlarge (one V100, 8 vCPUs of a Xeon E5-2686 v4: sim/data/hosts.yaml)."""
 IDLE_BETWEEN_CALLS_S = 1.0
@@ -238,9 +239,10 @@ def run_devset(data_dir: Path | None = None) -> tuple[list[Prediction], list[Gro
     if not data_dir.is_dir():
         raise ConfigError("--data", str(data_dir), "a directory holding the development set's CSV files")
     from validation.devset_frameworks import second_tranche_predictions
+    from validation.devset_megatron import megatron_predictions
 
     preds = (tc_predictions(data_dir) + busbw_predictions(data_dir) + horovod_predictions(data_dir)
-             + second_tranche_predictions(data_dir, _read))
+             + second_tranche_predictions(data_dir, _read) + megatron_predictions(data_dir, _read))
     groups: dict[str, list[Prediction]] = {}
     for p in preds:
         groups.setdefault(p.group, []).append(p)
