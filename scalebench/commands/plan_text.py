@@ -29,8 +29,6 @@ def header(request: PlanRequest) -> list[str]:
     counts = ", ".join(str(g) for g in request.gpu_counts)
     if request.global_batch:
         batch = f"global batch {request.global_batch} (batch per replica = {request.global_batch} / dp)"
-        if request.global_batch_source:
-            batch += f"\n  global batch from {request.global_batch_source}"
     else:
         batch = (f"batch {w.batch_size} per replica, whatever dp is (weak scaling: the workload's batch; "
                  "--global-batch fixes the total instead)")
@@ -40,6 +38,7 @@ def header(request: PlanRequest) -> list[str]:
         f"{c.gpus_per_node} per node, intra {c.intra_link.name}, inter {c.inter_link.name} "
         f"({c.nics_per_node} NIC{'s' if c.nics_per_node > 1 else ''} per node{rails})",
         f"  GPUs {counts}; {request.precision}; {batch}; memory per GPU {human_bytes(request.memory_limit_bytes)}",
+        *([f"  global batch from {request.global_batch_source}"] if request.global_batch_source else []),
         f"  objective {OBJECTIVE_TEXT[request.objective]}",
         f"  {stragglers_line(request.variability, request.cluster.gpu)}",
         f"  {trust_line(request)}",
@@ -127,7 +126,7 @@ def top_table(result: PlanResult) -> list[str]:
 
 def structure_lines(result: PlanResult) -> list[str]:
     """The best plan of each structure (sim.planner.explain.structures) and what decides against it."""
-    from sim.planner.explain import mfu, structures
+    from sim.planner.explain import mfu, percent, structures
 
     g = result.request.cluster.gpus_per_node
     lines = [f"the best of each structure ({g} GPUs per node):",
@@ -143,7 +142,7 @@ def structure_lines(result: PlanResult) -> list[str]:
         assert c.outcome is not None
         la = c.layout
         model, _ = mfu(c, result.request)
-        gap = "winner" if row.reasons == ("the winner",) else f"+{100 * row.gap:.2g} %"
+        gap = "winner" if row.reasons == ("the winner",) else f"+{percent(row.gap)}"
         settings = la.extras() or "-"
         lines.append(f"  {row.family:<20} {la.gpus:>5} {f'{la.dp} x {la.pp} x {la.tp}':>13} "
                      f"{human_seconds(c.outcome.iteration_time_s):>10} {100 * model:>4.0f}%  {gap:>9}  "

@@ -266,6 +266,11 @@ def structures(result: PlanResult) -> list[StructureRow]:
     return rows
 
 
+def percent(share: float) -> str:
+    """A share as a percentage: whole percents from 10 %, two significant digits below."""
+    return f"{100 * share:.0f} %" if share >= 0.1 else f"{100 * share:.2g} %"
+
+
 def structure_sentence(result: PlanResult) -> str:
     """What decides the winner's structure, one clause per other structure (structures())."""
     rows = structures(result)
@@ -288,5 +293,5 @@ def structure_sentence(result: PlanResult) -> str:
         if r.gap <= TIE_SHARE:
             clauses.append(f"{r.family} ties with it ({100 * r.gap:.2g} %)")
             continue
-        clauses.append(f"{r.family} is {100 * r.gap:.2g} % slower: {' and '.join(r.reasons)}")
+        clauses.append(f"{r.family} is {percent(r.gap)} slower: {' and '.join(r.reasons)}")
     return head + (": " + "; ".join(clauses) + "." if clauses else ".")
