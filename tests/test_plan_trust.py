@@ -103,19 +103,19 @@ def test_rail_aligned_each_gpus_data_parallel_ring_on_its_own_nic():
 def test_mfu_by_hand_for_one_row():
     """PaLM's model FLOPs per token 6N + 12 L H Q T (N: the matmuls' weights, the tied head's h V
     included) and Narayanan et al.'s equation 3 with full recomputation, by hand."""
-    l, h, a, s, v = 4, 1024, 16, 512, 1000
-    arch = {"family": "gpt2", "layers": l, "hidden": h, "heads": a, "seq_len": s, "vocab": v}
+    n_layers, h, a, s, v = 4, 1024, 16, 512, 1000
+    arch = {"family": "gpt2", "layers": n_layers, "hidden": h, "heads": a, "seq_len": s, "vocab": v}
     req = request({"model": "decoder", "architecture": arch}, {"gpus": 8, "gpu": "a100"},
                   {"global_batch": 16, "max_tp": 1, "max_pp": 1, "recompute": ["full"], "zero_stages": [0]})
     result = plan_search(req)
     c = result.winner
     samples_per_s = 1 / c.time_per_sample_s
-    n = l * 12 * h * h + h * v                      # qkv 3h^2, proj h^2, fc 4h^2, out 4h^2; the head h V
-    per_token = 6 * n + 12 * l * h * s              # H x Q = h
+    n = n_layers * 12 * h * h + h * v                      # qkv 3h^2, proj h^2, fc 4h^2, out 4h^2; the head h V
+    per_token = 6 * n + 12 * n_layers * h * s              # H x Q = h
     peak = 312e12 * 8                               # A100 fp16 dense, 8 GPUs
     model, with_recompute = mfu(c, req)
     assert model == pytest.approx(per_token * s * samples_per_s / peak, rel=1e-12)
-    eq3 = 96 * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))  # per sequence
+    eq3 = 96 * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))  # per sequence
     assert c.layout.recompute == "full"
     assert with_recompute == pytest.approx(eq3 * samples_per_s / peak, rel=1e-12)
 

@@ -93,8 +93,8 @@ class MegatronRun:
 
     def eq3_flops(self) -> float:
         """Narayanan et al. 2021 equation (3): FLOPs per iteration with full recomputation."""
-        b, s, l, h, v = self.global_batch, SEQ_LEN, self.layers, self.hidden, VOCAB
-        return 96 * b * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+        b, s, n_layers, h, v = self.global_batch, SEQ_LEN, self.layers, self.hidden, VOCAB
+        return 96 * b * s * n_layers * h * h * (1 + s / (6 * h) + v / (16 * n_layers * h))
 
     def measured_iteration_s(self) -> float:
         return self.eq3_flops() / (self.tflops * 1e12 * self.gpus)
