@@ -184,7 +184,8 @@ def _plan_lines(args: argparse.Namespace, r: dict) -> list[str]:
     searched = r["enumerated"] / r["cpu_s_median"] if r["cpu_s_median"] > 0 else float("inf")
     return [
         f"\nplan search: {args.plan_model} on {args.plan_gpus} a100 (8 per node, nvlink3 + ib_hdr), global batch "
-        f"{args.plan_global_batch}, every layout, library, codec and bucket, ZeRO stage, recomputation, interleaving "
+        f"{args.plan_global_batch}, the default space (NCCL, no lossy codec): every layout, collective and bucket, ZeRO "
+        f"stage, recomputation, interleaving "
         f"(context parallelism from 16k tokens); flush {args.plan_flush}; median of {args.plan_repeats} runs, one process",
         f"{'candidates':>11} {'simulated':>10} {'wall (median)':>14} {'wall min-max':>16} {'cpu (median)':>13} "
         f"{'searched/s':>11} {'simulated/s':>12} {'runs of the':>12} {'peak RSS':>10}",
