@@ -77,7 +77,7 @@ def test_double_buffering_hides_communication_behind_the_next_iterations_compute
 def test_nccl_kernels_slow_compute_by_their_channels_share_of_the_sms():
     on = scenario_from_dict({"workload": {"model": "resnet50"},
                              "cluster": {"gpus": 16, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3",
-                                         "inter_link": "ib_hdr"},
+                                         "inter_link": "ib_hdr", "nics_per_node": 1},
                              "strategy": {"framework": "pytorch_ddp"}})
     plan = build_plan(on)
     # by hand: one NIC per node gives NCCL's search one ring across the two nodes, which
@@ -86,7 +86,7 @@ def test_nccl_kernels_slow_compute_by_their_channels_share_of_the_sms():
     assert held == {2} and all(f.sms == 108 for f in plan.bucket_footprints if f)
     off = scenario_from_dict({**{"workload": {"model": "resnet50"}},
                               "cluster": {"gpus": 16, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3",
-                                          "inter_link": "ib_hdr"},
+                                          "inter_link": "ib_hdr", "nics_per_node": 1},
                               "strategy": {"framework": "pytorch_ddp", "comm_slows_compute": False}})
     assert simulate(on).iteration_time_s > simulate(off).iteration_time_s
 
