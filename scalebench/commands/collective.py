@@ -18,11 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op", default="allreduce", help=f"the collective: {OPS_HELP} (default allreduce)")
     parser.add_argument("--backend", help="collective library: nccl, gloo, mpi (default: nccl on GPUs, gloo on CPUs)")
     parser.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs (ranks) per node (default 8)")
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs (ranks) per node (default: the GPU's usual node, "
+                                                           "8 on a DGX; 8 for a GPU without one)")
     parser.add_argument("--gpu", default="v100", help="a GPU of the catalog (scalebench list gpus; default v100)")
-    parser.add_argument("--intra-link", default="nvlink2", help="link inside a node (default nvlink2)")
-    parser.add_argument("--inter-link", default="ib_edr", help="link between nodes (default ib_edr)")
-    parser.add_argument("--nics-per-node", type=int, default=1, help="inter-node NICs per node (default 1)")
+    parser.add_argument("--intra-link", help="link inside a node (default: the GPU's usual node's, else nvlink2)")
+    parser.add_argument("--inter-link", help="link between nodes (default: the GPU's usual node's, else ib_edr)")
+    parser.add_argument("--nics-per-node", type=int, help="inter-node NICs per node (default: the GPU's usual node's "
+                                                          "where the cluster keeps its link and GPU count, else 1)")
     parser.add_argument("--algo", help="force the algorithm as NCCL_ALGO does (nccl: ring, tree, nvls; mpi: ring, "
                                        "recursive_doubling, rabenseifner, binomial, pairwise)")
     parser.add_argument("--proto", help="force NCCL's protocol as NCCL_PROTO does: LL, LL128, Simple")
@@ -71,12 +73,19 @@ def run(args: argparse.Namespace) -> int:
 
     op = require_choice("--op", args.op, OPERATIONS)
     catalog = load_catalog_file(args.catalog) if args.catalog else builtin_catalog()
-    cluster_spec = {"host": args.host} if args.host is not None else {}
+    cluster_spec: dict = {"host": args.host} if args.host is not None else {}
+    # what is not given comes from the GPU's usual node (sim.cluster.node_defaults), as in a config
+    if args.gpus_per_node is not None:
+        cluster_spec["gpus_per_node"] = require_positive("--gpus-per-node", args.gpus_per_node, integer=True)
+    elif catalog.gpu(args.gpu, "--gpu").node is None:
+        cluster_spec["gpus_per_node"] = 8  # this command's default before GPUs had nodes
+    if args.nics_per_node is not None:
+        cluster_spec["nics_per_node"] = require_positive("--nics-per-node", args.nics_per_node, integer=True)
+    for key, value in (("intra_link", args.intra_link), ("inter_link", args.inter_link)):
+        if value is not None:
+            cluster_spec[key] = value
     cluster = cluster_from_dict({**cluster_spec, "nodes": require_positive("--nodes", args.nodes, integer=True),
-                                 "gpus_per_node": require_positive("--gpus-per-node", args.gpus_per_node, integer=True),
-                                 "gpu": args.gpu, "intra_link": args.intra_link, "inter_link": args.inter_link,
-                                 "nics_per_node": require_positive("--nics-per-node", args.nics_per_node, integer=True)},
-                                catalog, where="--cluster")
+                                 "gpu": args.gpu}, catalog, where="--cluster")
     if cluster.world_size < 2:
         raise ConfigError("--nodes x --gpus-per-node", cluster.world_size, "at least 2 ranks")
     backend = require_choice("--backend", args.backend, BACKENDS) if args.backend else default_backend(cluster.gpu)
