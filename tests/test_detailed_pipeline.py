@@ -275,7 +275,9 @@ def fat_tree_llm(gpus: int, fidelity: str = "detailed", model: str = "gpt2_small
     compute alike in both engines, and would run each iteration twice: tests/test_stragglers.py)."""
     return scenario_from_dict({
         "workload": {"model": model, "batch_size": 16},
+        # one NIC per node (one connection per node pair, as the docstrings count), not the DGX A100's 8
         "cluster": {"gpus": gpus, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3", "inter_link": "ib_hdr",
+                    "nics_per_node": 1,
                     "topology": {"kind": "fat_tree", "tiers": 3, "radix": 32, "routing": routing}},
         "strategy": {"kind": "hybrid", "tp": 8, "pp": 4, "micro_batches": 8, "precision": "bf16", "collective": "ring"},
         "simulation": {"fidelity": fidelity, "flow_engine": flow_engine},

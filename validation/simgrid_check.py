@@ -264,8 +264,9 @@ def library_ring_cluster(gpus: int, per_node: int):
     from sim.config import scenario_from_dict
 
     return scenario_from_dict({"workload": {"model": "resnet50"},
+                               # one NIC per node, as SimGrid's platform here has (not the DGX-1's 4)
                                "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100",
-                                           "intra_link": "nvlink2", "inter_link": "ib_edr"}}).cluster
+                                           "intra_link": "nvlink2", "inter_link": "ib_edr", "nics_per_node": 1}}).cluster
 
 
 def library_ring_spec(cluster, n_bytes: float) -> dict:

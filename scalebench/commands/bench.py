@@ -94,7 +94,9 @@ def _scenario_spec(model: str, gpus: int, per_node: int, collective: str, fideli
     spec = {
         "name": f"bench-{model}-{gpus}",
         "workload": {"model": model},
-        "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr"},
+        # one NIC per node, as the scale tables (docs/topology.md) were measured: not the DGX-1's 4
+        "cluster": {"gpus": gpus, "gpus_per_node": per_node, "gpu": "v100", "intra_link": "nvlink2", "inter_link": "ib_edr",
+                    "nics_per_node": 1},
         "strategy": {"collective": collective},
         "simulation": {"fidelity": fidelity},
     }
@@ -108,7 +110,7 @@ def _async_spec(model: str, workers: int, per_node: int, servers: int, jitter_cv
         "name": f"bench-async-ps-{model}-{workers}",
         "workload": {"model": model},
         "cluster": {"gpus": workers, "gpus_per_node": min(per_node, workers), "gpu": "v100",
-                    "intra_link": "nvlink2", "inter_link": "ib_edr"},
+                    "intra_link": "nvlink2", "inter_link": "ib_edr", "nics_per_node": 1},
         "strategy": {"collective": "ps", "ps_mode": "async", "ps_servers": servers},
         "heterogeneity": {"jitter_cv": jitter_cv},
     }

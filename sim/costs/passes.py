@@ -106,6 +106,16 @@ def ring_attention_s(compute_s: float, cp: int, send_s: float) -> float:
     return block + (cp - 1) * max(block, send_s)
 
 
+def with_elementwise(f_rank: float, b_rank: float, elementwise: tuple[float, float, bool],
+                     options: PassOptions) -> tuple[float, float]:
+    """A rank's layer forward and backward plus the memory-bound kernels after it
+    (sim.costs.elementwise: forward, backward, replicated), split over tp as their tensors are
+    (replicated ones only with sequence parallelism) and over cp."""
+    ew_f, ew_b, replicated = elementwise
+    split = options.cp * (options.tp if options.sequence_parallel or not replicated else 1)
+    return f_rank + ew_f / split, b_rank + ew_b / split
+
+
 def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], options: PassOptions,
                  tp_comm_s: Sequence[float] | None = None, kv_send_s: float = 0.0, alltoall_s: float = 0.0,
                  unit_gather_s: dict[str, float] | None = None,
@@ -134,9 +144,7 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
         comm = tp_comm_s[i] if tp_comm_s is not None else 0.0
         f_rank, b_rank = layer_compute_s(layer, f, b, o)
         if elementwise_s is not None:
-            ew_f, ew_b, replicated = elementwise_s[i]
-            split = o.cp * (o.tp if o.sequence_parallel or not replicated else 1)
-            f_rank, b_rank = f_rank + ew_f / split, b_rank + ew_b / split
+            f_rank, b_rank = with_elementwise(f_rank, b_rank, elementwise_s[i], o)
         extra_f = extra_b = 0.0
         if kind == "core" and o.cp > 1:
             ring_f = ring_attention_s(f_rank, o.cp, kv_send_s)

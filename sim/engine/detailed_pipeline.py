@@ -45,7 +45,8 @@ from collections import defaultdict
 import simpy
 
 from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
-from sim.costs.passes import layer_compute_s, pass_options
+from sim.costs.elementwise import elementwise_times_s
+from sim.costs.passes import layer_compute_s, pass_options, with_elementwise
 from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync
@@ -224,8 +225,10 @@ class _DetailedPipeline:
         # each rank's share of a layer's compute, as the fast path splits it (sim.costs.passes), x the
         # slowest rank's factor
         options = pass_options(scenario)
-        self.layer_s = [tuple(t * compute_scale for t in layer_compute_s(layer, f, b, options)) for layer, (f, b) in
-                        zip(workload.layers, micro_batch_times_s(scenario, micro_batch, dtype_bytes), strict=True)]
+        elementwise = elementwise_times_s(workload, micro_batch, scenario.cluster.gpu, dtype_bytes, options.flash)
+        self.layer_s = [tuple(t * compute_scale for t in with_elementwise(*layer_compute_s(layer, f, b, options), ew, options))
+                        for layer, (f, b), ew in zip(workload.layers, micro_batch_times_s(scenario, micro_batch, dtype_bytes),
+                                                     elementwise, strict=True)]
         tp = strategy.tp
         self.tp_count = [tp_allreduces_per_pass(layer) if tp > 1 else 0 for layer in workload.layers]
         self.tp_bytes = [tp_message_bytes(layer, micro_batch, dtype_bytes) for layer in workload.layers]
