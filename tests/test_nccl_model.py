@@ -40,6 +40,10 @@ RING_US = {  # (latency us, busBw GB/s): tuning.cc baseLat + 14 hwLat(NVLink), r
     "Simple": (8.4 + 14 * 3.4, 240.0),
 }
 RING_US_2_20 = {**RING_US, "LL": (6.6 + 14 * 0.6, min(87.7, 240 / 4))}
+# v2.18.5-1, the release the devset's A100 curve names: the same as 2.20 here (tuning.cc:56-59 baseLat,
+# 65-67 hwLat NVLink, 88 llMaxBws Ampere-N1 87.7, 94 perChMaxRingLL128Bws Ampere 20, 178-179 LL x 1/4
+# and LL128 x 0.92; compCapIndex 1 for sm80, tuning.cc:139)
+RING_US_2_18 = {**RING_US, "LL": (6.6 + 14 * 0.6, min(87.7, 240 / 4))}
 
 
 def ring_model_us(proto: str, n_bytes: float, table: dict = RING_US) -> float:
@@ -47,8 +51,8 @@ def ring_model_us(proto: str, n_bytes: float, table: dict = RING_US) -> float:
     return lat + n_bytes / (1000 * bus * 8 / 14)
 
 
-def crossover_bytes(a: str, b: str) -> float:
-    (la, ba), (lb, bb) = RING_US[a], RING_US[b]
+def crossover_bytes(a: str, b: str, table: dict = RING_US) -> float:
+    (la, ba), (lb, bb) = table[a], table[b]
     return (lb - la) / (1 / (ba * 8 / 14) - 1 / (bb * 8 / 14)) * 1000
 
 
@@ -59,14 +63,21 @@ def test_nccl_model_time_is_tuning_cc_by_hand(proto, size):
     v2_20 = tables_for("2.20")
     assert nccl.model_time_us("allreduce", size, A100, "ring", proto, v2_20) == pytest.approx(
         ring_model_us(proto, size, RING_US_2_20), rel=1e-9)
+    assert nccl.model_time_us("allreduce", size, A100, "ring", proto, tables_for("2.18")) == pytest.approx(
+        ring_model_us(proto, size, RING_US_2_18), rel=1e-9)
 
 
+@pytest.mark.parametrize("version,table", [(None, RING_US), ("2.18", RING_US_2_18)])
 @pytest.mark.parametrize("a,b", [("LL", "LL128"), ("LL128", "Simple")])
-def test_tuner_switches_protocol_where_nccls_own_model_crosses(a, b):
+def test_tuner_switches_protocol_where_nccls_own_model_crosses(a, b, version, table):
     """LL for small, LL128 in between, Simple for large, at the sizes tuning.cc's numbers cross
-    (about 1.2 MB and 24 MB here); NCCL_ALGO=ring as the devset's A100 ran."""
-    x = crossover_bytes(a, b)
-    ring = CommOptions(algorithm="ring")
+    (2.18: 25.6 us / (14/480 - 14/1766.4) us/kB = 1.21 MB and 15.4 us / (14/1766.4 - 14/1920)
+    = 24.3 MB; 2.21, LL at 87.7: 25.6 / (14/701.6 - 14/1766.4) = 2.13 MB); NCCL_ALGO=ring as the
+    devset's A100 ran."""
+    x = crossover_bytes(a, b, table)
+    by_hand = {None: {"LL": 2.128e6, "LL128": 24.29e6}, "2.18": {"LL": 1.205e6, "LL128": 24.29e6}}
+    assert x == pytest.approx(by_hand[version][a], rel=2e-3)
+    ring = CommOptions(algorithm="ring", nccl_version=version)
     assert nccl.choose("allreduce", 0.9 * x, A100, ring) == ("ring", a)
     assert nccl.choose("allreduce", 1.1 * x, A100, ring) == ("ring", b)
 
@@ -265,6 +276,16 @@ def test_devset_busbw_mape_stays_where_the_model_reached(gpu):
     rows = [p for p in busbw_predictions(DEVSET_DIR) if gpu in p.group and p.gated]
     assert len(rows) == 7
     assert sum(abs(p.error()) for p in rows) / len(rows) <= MAPE_REACHED[gpu]
+
+
+@pytest.mark.parametrize("size", [MIB, 8 * MIB, 16 * MIB, 64 * MIB, 2**30])
+def test_a100_ring_is_priced_alike_by_the_releases_that_could_have_run_the_curve(size):
+    """The A100 table names NCCL 2.18.5, but 2.18.5 cannot run NCCL_ALGO=NVLS without NVLS (no
+    ring fallback before v2.20.3-1: validation/devset.py); a ring with every protocol under 2.18,
+    2.19 or 2.20 is the same prediction here, so which of them ran does not move the row."""
+    times = {v: comm_cost("nccl", "allreduce", size, A100, CommOptions(algorithm="ring", nccl_version=v)).time_s
+             for v in ("2.18", "2.19", "2.20")}
+    assert max(times.values()) == pytest.approx(min(times.values()), rel=1e-12)
 
 
 def test_devset_h200_rows_each_within_eight_percent():

@@ -20,6 +20,14 @@ How each file is read (only what its README and sources say; nothing fitted to t
   ``NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G -f 2 -g 8`` on 8 GPUs
   (Benchmarks/NVIDIA/NCCLBandwidth.py); where NVLS is not available (A100) NCCL falls back to
   its ring with every protocol (tuning.cc 'at least set ring algo available'; NVIDIA/nccl#1304).
+  That fallback exists from v2.20.3-1 on (tuning.cc:335 at v2.20.5-1). At v2.18.5-1, the
+  release the A100 table names, NCCL_ALGO=NVLS on a GPU without NVLS leaves allreduce no
+  algorithm (init.cc:907-911 sets the NVLS graph's channels to 0, tuning.cc:260-299 zeroes the
+  others, no fallback) and getAlgoInfo fails ('no algorithm/protocol available', enqueue.cc:1182):
+  the A100 curve was run either by a release with the fallback or with the script's other
+  setting, NCCL_ALGO=Ring (its 4-GPU branch; its table text says 'Ring algorithm'). Both are the
+  ring with every protocol, and the 2.18, 2.19 and 2.20 tables price it alike on this node
+  (tests/test_nccl_model.py), so the ambiguity does not move the prediction.
   Each row runs the NCCL release its source names (the framework column: 'NCCL 2.18.5' on the
   A100, 'NCCL 2.20.5' on the H200): ``nccl_version_of``.
 - horovod_tcp_vs_roce.csv: TensorFlow + Horovod 2017 (fusion 64 MB, cycle 5 ms, NCCL 2 ring
