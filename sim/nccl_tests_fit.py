@@ -15,8 +15,9 @@ L_p and T_p the model's latency and transfer terms under protocol p at size S
 and 1 GiB weigh alike) as a start, then least squares on the exact model. A term is fitted only
 where the log identifies it: the latency where some row of that protocol is mostly latency, the
 transfer where some row is mostly transfer or the measured time grows with size across the range
-(``GROWTH_RATIO``); otherwise it keeps the catalog's (factor 1) and the output says so, as for a
-log that starts at 1 MiB. NCCL's tuner never sees the factors:
+(``GROWTH_RATIO``); otherwise it keeps the catalog link's (its own factor for that protocol, else
+1) and the output says so, as for a log that starts at 1 MiB; a protocol the log has no rows of
+keeps the catalog link's factors in the written entry. NCCL's tuner never sees the factors:
 it keeps choosing by its own model, as the real library does, so a calibrated link still follows the ramp at other rank counts and sizes.
 
 Several tables and files feed one fit per link (the node's link from single-host runs, the network
@@ -78,7 +79,8 @@ class ProtocolFit:
     bandwidth_factor: float
     latency_factor: float
     fitted: tuple[str, ...]
-    """Which terms the rows identified ('bandwidth', 'latency'); the others keep the catalog's 1."""
+    """Which terms the rows identified ('bandwidth', 'latency'); the others keep the catalog link's
+    (its ``nccl_protocols``, else 1)."""
     min_bytes: int
     max_bytes: int
 
@@ -97,14 +99,17 @@ class LinkFit:
     kept: str
     """fit or catalog."""
     flags: tuple[str, ...] = ()
+    inherited: tuple[tuple[str, float, float], ...] = ()
+    """The base link's own factors for protocols the log has no rows of: kept as they are."""
 
     def entry(self) -> dict[str, Any]:
         """The catalog entry this fit writes (the base link alone where the catalog was kept)."""
         out: dict[str, Any] = {"base": self.base}
         if self.kept == "fit":
-            out["nccl_protocols"] = {p.protocol: {"bandwidth_factor": round(p.bandwidth_factor, 6),
-                                                  "latency_factor": round(p.latency_factor, 6)}
-                                     for p in self.protocols}
+            fitted = {p.protocol: (p.bandwidth_factor, p.latency_factor) for p in self.protocols}
+            merged = {**{name: (bf, lf) for name, bf, lf in self.inherited}, **fitted}
+            out["nccl_protocols"] = {proto: {"bandwidth_factor": round(bf, 6), "latency_factor": round(lf, 6)}
+                                     for proto, (bf, lf) in merged.items()}
         out["source"] = (f"scalebench calibrate --from-nccl-tests: the catalog's {self.base} "
                          + (f"with NCCL per-protocol factors fitted to {', '.join(self.sources)}" if self.kept == "fit"
                             else f"(the fit to {', '.join(self.sources)} was no better)"))
@@ -219,8 +224,9 @@ def calibrate_nccl_tests(tables: list[NcclTestsTable], *, name: str = "nccl_test
                          f"({fit_err:.1f} % against {catalog_err:.1f} %; --force keeps the fit)")
             evaluated = [RowResult(e.table, e.size_bytes, e.measured_s, e.protocol, e.catalog_s, e.catalog_s, e.link,
                                    e.where) for e in evaluated]
+        fitted_names = {p.protocol for p in fit[0]}
         links.append(LinkFit(link_name, base.name, role, fit[0], tuple(_sources(group)), catalog_err, fit_err,
-                             kept, tuple(flags)))
+                             kept, tuple(flags), tuple(f for f in base.nccl_protocols if f[0] not in fitted_names)))
         results += evaluated
     return NcclTestsCalibration(gpu_name, intra.name, inter.name if multi else None, tuple(links), tuple(results),
                                 tuple(notes))
@@ -239,9 +245,16 @@ def _human(n: float) -> str:
     return f"{n:g}T"
 
 
+def _with_factors(base: Link, factors: tuple[tuple[str, float, float], ...], name: str | None = None) -> Link:
+    """``base`` with ``factors`` (protocol, bandwidth, latency) in place of its own for those
+    protocols; its factors for the others kept."""
+    given = {f[0] for f in factors}
+    merged = tuple(f for f in base.nccl_protocols if f[0] not in given) + factors
+    return replace(base, name=name or base.name, nccl_protocols=merged)
+
+
 def _fitted(base: Link, fit: tuple[tuple[ProtocolFit, ...], list[str]], name: str) -> Link:
-    return replace(base, name=name, nccl_protocols=tuple((p.protocol, p.bandwidth_factor, p.latency_factor)
-                                                         for p in fit[0]))
+    return _with_factors(base, tuple((p.protocol, p.bandwidth_factor, p.latency_factor) for p in fit[0]), name)
 
 
 def _fit_link(role: str, base: Link, tables: list[NcclTestsTable], cluster_of,
@@ -282,26 +295,29 @@ def _fit_link(role: str, base: Link, tables: list[NcclTestsTable], cluster_of,
         grows = len(rows) >= 2 and max(sizes) >= 4 * min(sizes) and float(np.max(m) / np.min(m)) >= GROWTH_RATIO
         has_bw = bool(np.any(tra >= lat)) or grows
         terms = [k for k, ok in (("latency", has_lat), ("bandwidth", has_bw)) if ok]
-        start = {"latency": 1.0, "bandwidth": 1.0}  # as lf and 1 / bf
+        # time_parts priced the rows with the base link's own factors (bf0, lf0; 1, 1 on most
+        # catalog links): the linear start scales those, and a term the rows do not identify keeps them
+        bf0, lf0 = base.protocol_factors(proto)
+        start = {"latency": lf0, "bandwidth": 1.0 / bf0}  # as lf and 1 / bf
         if len(terms) == 2:
-            (lf0, g0), _ = nnls(np.column_stack([lat / m, tra / m]), np.ones_like(m))
-            start = {"latency": lf0 if lf0 > 0 else 1.0, "bandwidth": g0 if g0 > 0 else 1.0}
+            (a, g), _ = nnls(np.column_stack([lat / m, tra / m]), np.ones_like(m))
+            start = {"latency": a * lf0 if a > 0 else lf0, "bandwidth": g / bf0 if g > 0 else 1.0 / bf0}
         elif terms == ["bandwidth"]:
-            start["bandwidth"] = max(float(np.sum(tra / m * (1 - lat / m)) / np.sum((tra / m) ** 2)), 1e-3)
+            start["bandwidth"] = max(float(np.sum(tra / m * (1 - lat / m)) / np.sum((tra / m) ** 2)), 1e-3) / bf0
         elif terms == ["latency"]:
-            start["latency"] = max(float(np.sum(lat / m * (1 - tra / m)) / np.sum((lat / m) ** 2)), 1e-3)
+            start["latency"] = max(float(np.sum(lat / m * (1 - tra / m)) / np.sum((lat / m) ** 2)), 1e-3) * lf0
 
-        def factors(x, terms=terms, start=start) -> tuple[float, float]:
+        def factors(x, terms=terms, bf0=bf0, lf0=lf0) -> tuple[float, float]:
             v = dict(zip(terms, np.exp(x), strict=True))
-            return 1.0 / v.get("bandwidth", 1.0), v.get("latency", 1.0)  # (bf, lf)
+            return (1.0 / v["bandwidth"] if "bandwidth" in v else bf0), v.get("latency", lf0)  # (bf, lf)
 
         def residuals(x, proto=proto, rows=rows, m=m) -> np.ndarray:
             bf, lf = factors(x)
-            link = replace(base, nccl_protocols=((proto, bf, lf),))
+            link = _with_factors(base, ((proto, bf, lf),))
             return np.array([comm_cost("nccl", r.op, r.size_bytes, cluster_of(t, link)).time_s
                              for t, r, _, _ in rows]) / m - 1.0
 
-        bf, lf = 1.0, 1.0
+        bf, lf = bf0, lf0
         if terms:
             x0 = np.log([start[k] for k in terms])
             bf, lf = factors(least_squares(residuals, x0, diff_step=1e-4).x)

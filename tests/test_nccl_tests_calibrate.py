@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from scalebench.cli import main
-from sim.catalog import load_catalog_file
+from sim.catalog import builtin_catalog, load_catalog_file
 from sim.cluster import Cluster
 from sim.costs.backends import comm_cost
 from sim.errors import ConfigError
@@ -129,6 +129,28 @@ def test_a_log_from_1_mib_fits_bandwidth_only_and_says_so(tmp_path, capsys):
     assert simple.fitted == ("bandwidth",) and simple.latency_factor == 1.0
     assert main(["calibrate", "--from-nccl-tests", str(LOGS / "galvatron_a100_8gpu.txt"), "--out", str(tmp_path)]) == 0
     assert "the catalog's latency kept" in capsys.readouterr().out
+
+
+def test_a_base_link_with_factors_keeps_them_where_the_log_says_nothing(tmp_path):
+    """A catalog link that already carries measured factors (here LL128 0.7 / 1.5 and Simple latency
+    2.0 on nvlink3) calibrated with galvatron's log: the Simple latency the rows cannot identify
+    stays 2.0 (not 1), and with li_plus's sendrecv log (Simple rows only) the written entry still
+    carries the LL128 factors unchanged."""
+    path = tmp_path / "catalog.yaml"
+    path.write_text("links:\n  a100_measured:\n    base: nvlink3\n    nccl_protocols:\n"
+                    "      LL128: {bandwidth_factor: 0.7, latency_factor: 1.5}\n"
+                    "      Simple: {bandwidth_factor: 1.0, latency_factor: 2.0}\n    source: test\n")
+    catalog = load_catalog_file(path, builtin_catalog())
+    gal = calibrate_nccl_tests(read_nccl_tests_tables(LOGS / "galvatron_a100_8gpu.txt"), intra_link="a100_measured",
+                               catalog=catalog, force=True)
+    simple = next(p for p in gal.links[0].protocols if p.protocol == "Simple")
+    assert simple.fitted == ("bandwidth",) and simple.latency_factor == 2.0
+    sendrecv = calibrate_nccl_tests(read_nccl_tests_tables(LOGS / "li_plus_a100_8gpu.md"), gpu="a100",
+                                    intra_link="a100_measured",
+                                    catalog=catalog, force=True)
+    entry = sendrecv.links[0].entry()
+    assert entry["nccl_protocols"]["LL128"] == {"bandwidth_factor": 0.7, "latency_factor": 1.5}
+    assert set(entry["nccl_protocols"]) == {"LL128", "Simple"}
 
 
 def test_each_protocol_range_follows_the_ramp():
