@@ -99,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
     from sim.fileio import check_writable
 
     check_writable("--out" if args.out else f"{path}: out", cfg.out, directory=True)  # before measuring
-    status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure, replay=args.replay,
+    status, text, report_dir = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure, replay=args.replay,
                                   progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
     sys.stdout.write(text)
-    sys.stdout.write(f"\nresults in {cfg.out}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
+    sys.stdout.write(f"\nresults in {report_dir}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
                      "network.csv)\n")
     return status
 
