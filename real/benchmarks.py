@@ -81,7 +81,8 @@ def harness_verdict(harness_blocks_s: list[float], bare_blocks_s: list[float], o
     low, high = median_interval(diffs)
     out = {"difference": median, "interval": [low, high], "target": target, "blocks": len(diffs),
            "others_cpu_fraction": others_cpu_fraction}
-    span = f"{100 * median:+.1f} % ({CONFIDENCE:.0%} interval {100 * low:+.1f} .. {100 * high:+.1f} % over {len(diffs)} blocks)"
+    span = (f"median block-pair difference {100 * median:+.1f} % ({CONFIDENCE:.0%} interval {100 * low:+.1f} .. "
+            f"{100 * high:+.1f} % over {len(diffs)} pairs)")
     if others_cpu_fraction is not None and others_cpu_fraction > busy:
         return {**out, "status": "INCONCLUSIVE", "exit_status": EXIT_INCONCLUSIVE,
                 "reason": f"other processes used {100 * others_cpu_fraction:.0f} % of the CPU meanwhile (more than "
