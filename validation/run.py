@@ -247,11 +247,11 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
     ``cfg.out``; a replay (measuring nothing) writes it to ``cfg.out/replay/`` and leaves the
     record's files as they were. Paths in the report are relative (sim.fileio.portable_path)."""
     from real.calibrated_links import calibrated_catalog
+    from sim.fileio import portable_path
     from validation import record
     from validation.calib import ensure_calibration
     from validation.compare import compare, load_text
     from validation.noise import calibration_noise, decide
-    from sim.fileio import portable_path
     from validation.report import write_outputs
 
     cal_dir = Path(str(cfg.calibration.get("dir", cfg.out / "calibration")))
