@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +238,25 @@ REPLAY_DIR = "replay"
 committed one, results/validation/) stays as measured, and the directory is never committed."""
 
 
+@dataclass(frozen=True)
+class ValidationRun:
+    """What ``run_validation`` found: the exit status and its verdict, the text summary, the
+    directory the report went to, and the rows behind them (for ``--format json|csv``)."""
+
+    exit_status: int
+    text: str
+    report_dir: Path
+    verdict: str
+    reasons: tuple[str, ...]
+    points: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    network: list[dict[str, Any]]
+    network_summary: list[dict[str, Any]]
+
+
 def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasure: bool = False,
-                   replay: bool = False, progress=print) -> tuple[int, str, Path]:
-    """Run everything; return (exit status, the text summary, the directory of the report):
+                   replay: bool = False, progress=print) -> ValidationRun:
+    """Run everything; return the exit status, the text summary, the directory of the report:
     0 PASS, 1 FAIL, 3 INCONCLUSIVE (validation/noise.py). What is measured follows the record in
     ``cfg.out`` (validation/record.py): a complete record is replayed, an incomplete one of this
     machine resumed, any other started anew; ``replay`` measures nothing and refuses an
@@ -320,4 +337,5 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
         from real.results import write_rows
 
         write_rows(report_dir / "network_summary.csv", [s.as_row() for s in net_stats])
-    return decision.exit_status, text + net_text, report_dir
+    return ValidationRun(decision.exit_status, text + net_text, report_dir, decision.status, tuple(decision.reasons),
+                         rows, [s.as_row() for s in stats], network, [s.as_row() for s in net_stats])

@@ -113,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_text(experiment, out_dir, force=args.force))
         return 0
+    from scalebench import log
+
     summary = run_experiment(experiment, out_dir, jobs=args.jobs, executor=args.executor, address=args.address,
-                             force=args.force, progress=args.progress)
+                             force=args.force, progress=args.progress and log.shows_progress())
     others = f", {summary.by_others} computed by another run" if summary.by_others else ""
     print(f"{summary.rows} rows ({summary.computed} computed, {summary.reused} reused{others}) in {summary.wall_s:.1f} s "
           f"-> {summary.out_dir / 'results.csv'}")
