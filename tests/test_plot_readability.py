@@ -162,3 +162,79 @@ def test_no_speedup_point_sits_above_the_ideal_line(result_dir, captured):
             continue
         for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
             assert y <= x * (1 + 1e-9), (line.get_label(), x, y)
+
+
+@pytest.fixture
+def plan_figures(monkeypatch):
+    import experiments.plan_report as plan_report
+
+    figures = []
+
+    def keep(fig, stem):
+        fig.canvas.draw()
+        figures.append(fig)
+        return []
+
+    monkeypatch.setattr(plan_report, "save_figure", keep)
+    yield figures
+    for fig in figures:
+        plt.close(fig)
+
+
+def _plan(**options):
+    from sim.planner import plan_request_from_dict, plan_search
+
+    spec = {"workload": {"model": "gpt2_small", "batch_size": 8}, "cluster": {"gpus": 16, "gpus_per_node": 8,
+            "gpu": "a100", "intra_link": "nvlink3", "inter_link": "ib_hdr"},
+            "plan": {"backends": ["nccl"], "collectives": ["auto"], "codecs": ["none"], "bucket_mib": [25],
+                     "schedules": ["1f1b"], **options}}
+    return plan_search(plan_request_from_dict(spec))
+
+
+def _tick_labels_overlap(fig, axis) -> list:
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels() if t.get_text() and t.get_visible()]
+    return _overlaps(boxes)
+
+
+def _legend_draws_everything(ax):
+    """Every legend entry stands for an artist with data on the axes."""
+    drawn = {artist.get_label() for artist in [*ax.get_lines(), *ax.collections]
+             if (len(getattr(artist, "get_xdata", lambda: [1])()) if hasattr(artist, "get_xdata")
+                 else len(artist.get_offsets()))}
+    return {t.get_text() for t in ax.get_legend().get_texts()} <= drawn
+
+
+def test_a_plan_at_one_gpu_count_draws_time_against_memory(plan_figures):
+    """One GPU count made the GPU front a vertical strip and GPU-hours proportional to hours:
+    that plot says nothing, so it is time against memory per GPU instead."""
+    from experiments.plan_report import draw_pareto
+
+    result = _plan()
+    draw_pareto(result, None)
+    (fig,) = plan_figures
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_xlabel().startswith("memory per GPU (GiB)")
+    assert "one GPU count" in ax.get_title()
+    assert _legend_draws_everything(ax)
+    front = [line for line in ax.get_lines() if line.get_label().startswith("Pareto front")][0]
+    xs, ys = list(front.get_xdata()), list(front.get_ydata())
+    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)  # more memory buys less time along the front
+    labels = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts if t.get_text()]
+    assert labels and _overlaps(labels) == []
+
+
+def test_a_plan_over_gpu_counts_has_readable_ticks_and_two_fronts(plan_figures):
+    from experiments.plan_report import draw_pareto
+
+    result = _plan(max_gpus=64)
+    draw_pareto(result, None)
+    (fig,) = plan_figures
+    left, right = fig.axes
+    for axis in (left.xaxis, left.yaxis, right.xaxis, right.yaxis):
+        assert _tick_labels_overlap(fig, axis) == [], axis
+    assert all("^" not in t.get_text() and "times" not in t.get_text() for t in right.xaxis.get_ticklabels())
+    assert _legend_draws_everything(left) and _legend_draws_everything(right)
+    for ax in (left, right):
+        labels = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts if t.get_text()]
+        assert _overlaps(labels) == []
