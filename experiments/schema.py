@@ -74,6 +74,12 @@ TEXT: dict[str, str] = {
     "plan.schedules": "Pipeline schedules to try (default: gpipe and 1f1b).",
     "plan.max_memory_gib": "Memory per GPU to plan with, GiB or a size (default: the GPU's).",
     "plan.max_candidates": "A larger search space is refused before simulating (default 1,000,000).",
+    "plan.max_cp": "Largest context-parallel degree (default: a node's GPUs for sequences of 16k tokens or more, "
+                   "else 1).",
+    "plan.max_vpp": "Most model chunks per pipeline rank, the interleaved 1F1B schedule (default 4).",
+    "plan.max_ep": "Largest expert-parallel degree (mixture-of-experts models; default: the experts).",
+    "plan.zero_stages": "ZeRO stages 0-3 to try (default all; the lightest that fits is kept).",
+    "plan.recompute": "Activation recomputation to try: none, selective, full (default all; the lightest that fits).",
 }
 """Descriptions of the experiment's own keys (the scenario's come from sim/schema_docs.py)."""
 
