@@ -67,6 +67,20 @@ def test_validate_devset_json_and_csv_carry_the_verdict_and_every_row(capsys):
     assert len(rows) == len(doc["predictions"]) and {"group", "case", "measured", "predicted", "error"} <= set(rows[0])
 
 
+def test_validate_devset_explain_json_carries_the_terms_of_each_explained_row(capsys):
+    main(["validate", "--suite", "devset", "--explain", "--format", "json", "-q"])
+    doc = json.loads(capsys.readouterr().out)
+    assert not {"scenario", "result"} & set(doc["predictions"][0])  # objects, not values
+    explained = doc["explained"]
+    assert explained and {(r["group"], r["case"]) for r in explained} <= {(p["group"], p["case"])
+                                                                         for p in doc["predictions"]}
+    terms = ("compute", "compute slowed by overlap", "exposed communication", "coordination",
+             "waiting for stragglers", "pipeline bubble", "waiting for input")
+    for r in explained:  # the terms add up to the prediction, the residual is measured - predicted
+        assert sum(r[t] for t in terms) == pytest.approx(r["predicted_s"], rel=1e-6)
+        assert r["residual_s"] == pytest.approx(r["measured_s"] - r["predicted_s"], abs=1e-12)
+
+
 def test_simgrid_has_no_machine_format(capsys):
     assert main(["validate", "--suite", "simgrid", "--format", "json"]) == 2
     err = capsys.readouterr().err.strip()
