@@ -35,7 +35,8 @@ COLUMNS = (
     "rank", "status", "reason", "detail", "candidates", "gpus", "nodes", "dp", "pp", "tp", "batch_per_replica",
     "global_batch", "micro_batches", "schedule", "backend", "collective", "codec", "codec_path", "bucket_mib",
     "iteration_time_s", "time_per_sample_s", "samples_per_s", "gpu_hours_per_1m_samples", "compute_time_s",
-    "tp_comm_time_s", "bubble_time_s", "exposed_comm_time_s", "codec_time_s", "pp_comm_time_s", "comm_time_s",
+    "recompute_time_s", "tp_comm_time_s", "model_comm_time_s", "bubble_time_s", "exposed_comm_time_s",
+    "overlap_slowdown_time_s", "straggler_wait_time_s", "codec_time_s", "pp_comm_time_s", "comm_time_s",
     "memory_gib", "pareto_gpus", "pareto_gpu_hours",
 )
 
@@ -68,8 +69,13 @@ def _row(c: Candidate, rank: int | None, g: int, fronts: dict[str, set[int]]) ->
         row.update({
             "iteration_time_s": o.iteration_time_s, "time_per_sample_s": c.time_per_sample_s,
             "samples_per_s": 1.0 / c.time_per_sample_s, "gpu_hours_per_1m_samples": c.gpu_s_per_sample * 1e6 / 3600,
-            "compute_time_s": o.compute_time_s, "tp_comm_time_s": o.tp_comm_time_s, "bubble_time_s": o.bubble_time_s,
-            "exposed_comm_time_s": o.exposed_comm_time_s, "codec_time_s": o.codec_time_s,
+            "compute_time_s": o.compute_time_s, "recompute_time_s": o.recompute_time_s,
+            "tp_comm_time_s": o.tp_comm_time_s, "model_comm_time_s": o.model_comm_time_s,
+            "bubble_time_s": o.bubble_time_s, "exposed_comm_time_s": o.exposed_comm_time_s,
+            # the table's overlap and waiting columns: compute slowed by the collectives beside it, and
+            # the wait for the slowest GPU (sim/costs/contention.py, sim/faults.py)
+            "overlap_slowdown_time_s": o.overlap_slowdown_time_s, "straggler_wait_time_s": o.straggler_wait_time_s,
+            "codec_time_s": o.codec_time_s,
             "pp_comm_time_s": o.pp_comm_time_s, "comm_time_s": o.comm_time_s,
             "pareto_gpus": id(c) in fronts["gpus"], "pareto_gpu_hours": id(c) in fronts["gpu_hours"],
         })

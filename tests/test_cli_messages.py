@@ -28,6 +28,9 @@ def test_plan_json_is_one_strict_object_and_the_progress_goes_to_stderr(tmp_path
     with open(tmp_path / "candidates.csv", newline="") as fh:  # the same rows as the file's
         first = next(r for r in csv.DictReader(fh) if r["rank"] == "1")
     assert float(first["iteration_time_s"]) == pytest.approx(doc["winner"]["iteration_time_s"], rel=1e-9)
+    for key in ("overlap_slowdown_time_s", "straggler_wait_time_s", "recompute_time_s", "model_comm_time_s"):
+        assert float(first[key]) == pytest.approx(doc["winner"][key], rel=1e-9, abs=1e-15)  # the table's columns
+    assert doc["winner"]["straggler_wait_time_s"] > 0  # 8 GPUs wait for the slowest (on by default)
     assert "scalebench plan: searched" in err and "plan: simulating" in err
     assert "scalebench plan: scalebench plan" not in err
     assert "NaN" not in out
