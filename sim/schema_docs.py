@@ -100,6 +100,8 @@ SECTIONS: dict[str, str] = {
                 "overlap, precision, gradient codec, parameter servers, framework.",
     "simulation": "How it is simulated: fidelity, seed, memory check, flow engine.",
     "heterogeneity": "Stragglers and mixed GPUs (multi-iteration runs): jitter, slow nodes, other GPU types.",
+    "variability": "How much identical GPUs differ in speed: synchronous steps wait for the slowest (on by "
+                   "default; stragglers: false turns it off).",
     "faults": "A failure and its recovery (multi-iteration runs): which rank, when, checkpoints, restart.",
     "catalog": "Your own GPUs, links and hosts, or overrides of built-in ones (each number with its source); a "
                "name defined here can be used in cluster.",
@@ -203,13 +205,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
 def _classes() -> dict[str, type]:
     from sim.catalog import GPU, Host, Link
     from sim.cluster import Cluster
-    from sim.faults import Faults, Heterogeneity
+    from sim.faults import Faults, Heterogeneity, Variability
     from sim.strategy import Strategy
     from sim.transformer import Architecture
     from sim.workload import Workload
 
     return {"cluster": Cluster, "strategy": Strategy, "gpu": GPU, "link": Link, "host": Host,
-            "heterogeneity": Heterogeneity, "faults": Faults, "architecture": Architecture, "workload": Workload}
+            "heterogeneity": Heterogeneity, "faults": Faults, "variability": Variability, "architecture": Architecture, "workload": Workload}
 
 
 def description(key: str) -> str | None:
