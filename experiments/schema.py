@@ -47,6 +47,8 @@ TEXT: dict[str, str] = {
     "real.strategy": "The harness' strategy (DDP, parameter servers, pipeline ...).",
     "real.compression": "The gradient codec the harness' DDP hook applies.",
     "real.backend": "torch.distributed's backend: gloo (CPU) or nccl (GPU).",
+    "real.device": "Where a rank's model, batches and gradients live: cpu, or cuda (device LOCAL_RANK modulo the "
+                   "machine's devices); default cuda with backend nccl, else cpu.",
     "real.lr": "Learning rate of the harness' optimizer.",
     "real.threads": "torch threads per rank (0: the machine's cores shared among the co-located ranks).",
     "real.baseline": "Also time one rank alone (T1) for the efficiency.",
