@@ -79,6 +79,8 @@ TEXT: dict[str, str] = {
     "plan.max_cp": "Largest context-parallel degree (default: a node's GPUs for sequences of 16k tokens or more, "
                    "else 1).",
     "plan.max_vpp": "Most model chunks per pipeline rank, the interleaved 1F1B schedule (default 4).",
+    "plan.allow_lossy": "Also try the lossy gradient codecs (sim.planner.request.LOSSY_CODECS; --allow-lossy); "
+                        "default false: only the compute precision on the wire (a narrower codec rounds every gradient).",
     "plan.max_ep": "Largest expert-parallel degree (mixture-of-experts models; default: the experts).",
     "plan.zero_stages": "ZeRO stages 0-3 to try (default all; the lightest that fits is kept).",
     "plan.recompute": "Activation recomputation to try: none, selective, full (default all; the lightest that fits).",

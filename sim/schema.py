@@ -139,8 +139,15 @@ def field_types() -> dict[str, Any]:
                      "inter_link", "nics_per_node"],
                      "description": "the server the GPU usually comes in (DGX/HGX): a cluster that does not say "
                                     "otherwise gets its GPUs per node, intra-node link, inter-node link and NICs",
-                     "properties": {"gpus_per_node": INT_POS, "intra_link": STRING, "inter_link": STRING,
-                                    "nics_per_node": INT_POS, "source": STRING}},
+                     # each key as sim.catalog.NodeDesign's field docstring says
+                     "properties": {
+                         "gpus_per_node": {**INT_POS, "description": "GPUs per server (its DGX / HGX board)."},
+                         "intra_link": {**STRING, "description": "The catalog link between its GPUs (NVLink "
+                                                                 "generation, through NVSwitch where it has one)."},
+                         "inter_link": {**STRING, "description": "The catalog link of its compute NICs."},
+                         "nics_per_node": {**INT_POS, "description": "Compute NICs (rail-aligned: one per GPU on DGX "
+                                                                     "A100/H100/H200, one per two GPUs on DGX-1)."},
+                         "source": {**STRING, "description": "Where the server's figures come from."}}},
         "gpu.base": {"type": "string", "examples": sorted(catalog.gpus)}, "gpu.compute_scale": NUM_POS,
         "gpu.host": {"type": "string", "examples": sorted(catalog.hosts)},
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,

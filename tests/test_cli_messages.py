@@ -24,7 +24,7 @@ def test_plan_json_is_one_strict_object_and_the_progress_goes_to_stderr(tmp_path
     doc = json.loads(out)  # stdout holds the object and nothing else
     assert doc["winner"]["rank"] == 1 and [r["rank"] for r in doc["top"]] == [1, 2, 3]
     assert doc["search"]["simulated"] + sum(doc["search"]["removed"].values()) == doc["search"]["enumerated"]
-    assert doc["request"]["model"] == "small_transformer" and doc["why"].startswith("The winner")
+    assert doc["request"]["model"] == "small_transformer" and " wins " in doc["why"] and doc["closest"].startswith("The winner")
     with open(tmp_path / "candidates.csv", newline="") as fh:  # the same rows as the file's
         first = next(r for r in csv.DictReader(fh) if r["rank"] == "1")
     assert float(first["iteration_time_s"]) == pytest.approx(doc["winner"]["iteration_time_s"], rel=1e-9)
