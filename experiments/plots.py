@@ -26,10 +26,10 @@ import pandas as pd  # noqa: E402
 
 from experiments.plot_style import (  # noqa: E402
     MARKERS,
-    dodge_factors,
     label_ends,
     legend_below,
     log2_axis,
+    marker_sizes,
     panel_legend,
     save_figure,
     series_colors,
@@ -77,7 +77,7 @@ def _gpu_axis(ax, values) -> None:
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_locator(NullLocator())
-    if len(ticks) > 1:  # room for the dodged points at both ends
+    if len(ticks) > 1:  # room for the markers at both ends
         ax.set_xlim(ticks[0] / 2**0.25, ticks[-1] * 2**0.25)
     ax.set_xlabel("GPUs (world size, log scale)")
 
@@ -87,29 +87,31 @@ def _title(ax, title: str, df: pd.DataFrame, name: str) -> None:
 
 
 def _series_lines(data: pd.DataFrame):
-    """(color, label, line style, rows sorted by GPUs, x offset factor) per series and source:
-    simulated points solid, measured ones dashed and hollow in the same color; each series spread
-    a little sideways (plot_style.dodge_factors) so that equal series stay visible."""
+    """(color, label, line style, rows sorted by GPUs) per series and source: simulated points
+    solid, measured ones dashed and hollow in the same color; every point at its own GPU count,
+    each series with its own marker shape and a smaller marker than the one before
+    (plot_style.marker_sizes), so series that coincide show as nested markers."""
     series = list(dict.fromkeys(data["series"]))
-    offsets = dodge_factors(len(series))
+    sizes = marker_sizes(len(series))
     for i, (color, s) in enumerate(zip(series_colors(len(series)), series, strict=False)):
         marker = MARKERS[i % len(MARKERS)]
-        for source, style in (("sim", dict(marker=marker, linestyle="-", markersize=6, markeredgecolor="white",
-                                           markeredgewidth=0.6)),
-                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none", markersize=7))):
+        for source, style in (("sim", dict(marker=marker, linestyle="-", markersize=sizes[i], markeredgecolor="white",
+                                           markeredgewidth=0.6, zorder=2 + i / 100)),
+                              ("real", dict(marker=marker, linestyle="--", markerfacecolor="none",
+                                            markersize=sizes[i] + 1, zorder=2.5 + i / 100))):
             part = data[(data["series"] == s) & (data["source"] == source)].sort_values(GPU_COLUMN)
             if not part.empty:
-                yield color, (s if source == "sim" else f"{s} (measured)"), style, part, offsets[i]
+                yield color, (s if source == "sim" else f"{s} (measured)"), style, part
 
 
-DODGE_NOTE = "; points spread sideways around each GPU count so equal series stay visible"
+NESTED_NOTE = "series that coincide show as nested markers, each at its GPU count"
 
 
-def _dodge_note(ax, dodged: bool) -> None:
-    """Say so under the GPU axis when the series were spread sideways; the legend goes below that."""
-    if dodged:
-        ax.set_xlabel(ax.get_xlabel() + "\n" + DODGE_NOTE.removeprefix("; "), fontsize=9)
-    legend_below(ax, y=-0.2 if dodged else -0.14)
+def _axis_note(ax, several: bool) -> None:
+    """Say how coinciding series look, under the GPU axis; the legend goes below that."""
+    if several:
+        ax.set_xlabel(ax.get_xlabel() + "\n" + NESTED_NOTE, fontsize=9)
+    legend_below(ax, y=-0.2 if several else -0.14)
 
 
 def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
@@ -120,17 +122,17 @@ def plot_speedup(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.plot(gpus, [TARGET_EFFICIENCY * g for g in gpus], color="grey", linestyle=":", linewidth=1,
             label="75 % efficiency (4 machines do the work of 3)")
     ends = []
-    for color, label, style, part, dx in _series_lines(data):
-        ax.plot(part[GPU_COLUMN] * dx, part["speedup"], color=color, label=label, **style)
+    for color, label, style, part in _series_lines(data):
+        ax.plot(part[GPU_COLUMN], part["speedup"], color=color, label=label, **style)
         last = part.iloc[-1]
-        ends.append((last[GPU_COLUMN] * dx, last["speedup"], f"{100 * last['scaling_efficiency']:.0f} %", color))
+        ends.append((last[GPU_COLUMN], last["speedup"], f"{100 * last['scaling_efficiency']:.0f} %", color))
     _gpu_axis(ax, gpus)
     values = [*data["speedup"], *(TARGET_EFFICIENCY * g for g in gpus), *gpus]
     log2_axis(ax, "y", min(v for v in values if v > 0) / 1.3, max(values) * 1.3)
     ax.set_ylabel("speedup over 1 GPU (x, log scale)")
     _title(ax, "Speedup vs GPUs (weak scaling; right: efficiency at the largest size)" + note, data, name)
     ax.grid(True, which="major", alpha=0.3)
-    _dodge_note(ax, data["series"].nunique() > 1)
+    _axis_note(ax, data["series"].nunique() > 1)
     label_ends(ax, ends)
     return save_figure(fig, stem)
 
@@ -143,16 +145,16 @@ def plot_efficiency(data: pd.DataFrame, name: str, stem: Path) -> list[Path]:
     ax.axhline(100 * TARGET_EFFICIENCY, color="grey", linestyle=":", linewidth=1.2,
                label="75 %: 4 machines doing the work of 3")
     ends = []
-    for color, label, style, part, dx in _series_lines(data):
-        ax.plot(part[GPU_COLUMN] * dx, 100 * part["scaling_efficiency"], color=color, label=label, **style)
+    for color, label, style, part in _series_lines(data):
+        ax.plot(part[GPU_COLUMN], 100 * part["scaling_efficiency"], color=color, label=label, **style)
         last = part.iloc[-1]
-        ends.append((last[GPU_COLUMN] * dx, 100 * last["scaling_efficiency"], f"{100 * last['scaling_efficiency']:.0f} %", color))
+        ends.append((last[GPU_COLUMN], 100 * last["scaling_efficiency"], f"{100 * last['scaling_efficiency']:.0f} %", color))
     _gpu_axis(ax, gpus)
     ax.set_ylim(0, 105)
     ax.set_ylabel("scaling efficiency T1 / TN (%)")
     _title(ax, "Scaling efficiency vs GPUs (weak scaling, same batch per GPU)" + note, data, name)
     ax.grid(True, alpha=0.3)
-    _dodge_note(ax, data["series"].nunique() > 1)
+    _axis_note(ax, data["series"].nunique() > 1)
     label_ends(ax, ends)
     return save_figure(fig, stem)
 
@@ -170,7 +172,7 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False, sharey=True)
     gpus = sorted(sim[GPU_COLUMN].unique())
-    offsets = dict(zip(lines, dodge_factors(len(lines)), strict=True))
+    sizes = dict(zip(lines, marker_sizes(len(lines), largest=8.0, smallest=3.5), strict=True))
     for ax, panel in zip(axes.flat, panels, strict=False):
         part = sim[sim[panel_axis].astype(str) == panel]
         ax.axhline(100, color="black", linestyle="--", linewidth=1, label="ideal (100 %)")
@@ -178,9 +180,9 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
         for i, line in enumerate(lines):
             sel = part[part["line"] == line].sort_values(GPU_COLUMN)
             if not sel.empty:
-                ax.plot(sel[GPU_COLUMN] * offsets[line], 100 * sel["scaling_efficiency"], color=colors[line],
-                        marker=MARKERS[i % len(MARKERS)], markersize=5, markeredgecolor="white",
-                        markeredgewidth=0.5, label=line)
+                ax.plot(sel[GPU_COLUMN], 100 * sel["scaling_efficiency"], color=colors[line],
+                        marker=MARKERS[i % len(MARKERS)], markersize=sizes[line], markeredgecolor="white",
+                        markeredgewidth=0.5, label=line, zorder=2 + i / 100)
         _gpu_axis(ax, gpus)
         ax.set_ylim(0, 105)
         ax.set_title(f"{axis_title(panel_axis)} = {panel}", fontsize=9)
@@ -192,7 +194,7 @@ def plot_efficiency_panels(data: pd.DataFrame, panel_axis: str, name: str, stem:
     handles, labels = panel_legend(axes)
     fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, bbox_to_anchor=(0.5, -0.01))
     fig.suptitle(f"Scaling efficiency vs GPUs by {axis_title(panel_axis)} (weak scaling, simulated"
-                 f"{DODGE_NOTE if len(lines) > 1 else ''})\n{name}: {describe_fixed(sim)}", fontsize=10)
+                 f"{'; ' + NESTED_NOTE if len(lines) > 1 else ''})\n{name}: {describe_fixed(sim)}", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.035 * math.ceil(len(labels) / 3), 1, 1))
     return save_figure(fig, stem)
 

@@ -1,6 +1,7 @@
 """Timelines side by side: ``scalebench plot --timeline SIM.json MEASURED.json`` draws iterations
-written by ``simulate --trace`` and ``real --trace`` (sim/trace.py's format) one above the other,
-on one time axis, a row per rank and stream."""
+written by ``simulate --trace`` and ``real --trace`` (sim/trace.py's format), or by torch.profiler
+(``prof.export_chrome_trace``: one profiler step of it, real/kineto.py ``profiler_timeline``), one
+above the other, on one time axis, a row per rank and stream."""
 
 from __future__ import annotations
 
@@ -37,23 +38,39 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise ConfigError("--timeline", str(path), f"a timeline JSON from simulate --trace or real --trace "
                           f"({getattr(err, 'strerror', None) or type(err).__name__})") from None
+    from real.kineto import is_profiler_trace, profiler_timeline
+
+    if is_profiler_trace(data):
+        return profiler_timeline(data, Path(path).name)
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ConfigError("--timeline", str(path), "a Chrome trace object with traceEvents (simulate --trace or real --trace)")
+        raise ConfigError("--timeline", str(path), "a Chrome trace object with traceEvents (simulate --trace, real "
+                          "--trace or torch.profiler's export_chrome_trace)")
     return data
 
 
-def _category(name: str) -> tuple[str, str, str]:
+def _category(name: str, phase: str | None = None) -> tuple[str, str, str]:
+    """A span's category: the phase a converted profiler trace names (real/kineto.py), else by
+    the span's name as sim/trace.py and real/phases.py write them."""
+    for label, color, hatch, _ in CATEGORIES:
+        if phase == label:
+            return label, color, hatch
     for label, color, hatch, test in CATEGORIES:
         if test(name):
             return label, color, hatch
     return OTHER
 
 
+def _id_order(key: tuple[Any, Any]) -> tuple[tuple[int, Any], ...]:
+    """Process and thread ids in order, numbers before names (a Chrome trace may mix them:
+    Kineto's 'Spans' beside integer pids; sorting them together raised TypeError)."""
+    return tuple((0, x) if isinstance(x, (int, float)) and not isinstance(x, bool) else (1, str(x)) for x in key)
+
+
 def _rows(doc: dict[str, Any]) -> tuple[list[tuple[int, int]], dict[tuple[int, int], str]]:
     events = doc["traceEvents"]
     procs = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"}
-    keys = sorted({(e["pid"], e["tid"]) for e in events if e.get("ph") == "X"})
+    keys = sorted({(e["pid"], e["tid"]) for e in events if e.get("ph") == "X"}, key=_id_order)
     title = doc.get("otherData", {}).get("title", "")
     labels = {}
     for pid, tid in keys:
@@ -75,7 +92,7 @@ def plot_timelines(paths: list[str | Path], stem: Path) -> list[Path]:
         for e in doc["traceEvents"]:
             if e.get("ph") != "X":
                 continue
-            label, color, hatch = _category(str(e.get("name", "")))
+            label, color, hatch = _category(str(e.get("name", "")), (e.get("args") or {}).get("phase"))
             bar = ax.barh(y_of[(e["pid"], e["tid"])], e.get("dur", 0) / 1e3, left=e["ts"] / 1e3, height=0.6, color=color,
                           hatch=hatch, edgecolor="white", linewidth=0.3)
             seen.setdefault(label, bar)

@@ -12,6 +12,14 @@ without the reaper (no [real] extra) the next run that takes the point removes i
 stale lock it takes over is looked for then, any other's in one listing of the directory taken at
 its first lock (a killed run's files are there before the run that meets them starts; a scan
 per point cost a directory listing each, 4.6 ms a point in a directory of 5,000).
+
+Why not the filelock package (judged for issue 29): its FileLock is fcntl.flock on a lock file,
+which the kernel releases when the holder dies (no stale locks: what it does better), but flock is
+a no-op on NFS mounted with ``nolock`` (tox-dev/filelock#6; results directories are often on
+shared filesystems) and its fallback, SoftFileLock, is this module's O_EXCL file without an owner
+in it, so without stale-lock takeover. A lock here must also say who holds it (pid, start time,
+host: the run reports points computed by another run, and waits for their files) and the reaper
+has to clean a half-written point's temporary file after SIGKILL whatever locks it. Kept by hand.
 """
 
 from __future__ import annotations

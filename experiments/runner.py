@@ -175,6 +175,31 @@ def plan(experiment: Experiment, measure: Callable[..., dict[str, Any]] | None =
     return points, skipped
 
 
+@dataclass(frozen=True)
+class PlannedPoint:
+    """One point a run would take up: its id, what chose it, and whether it is already done."""
+
+    point_id: str
+    point: Point
+    done: bool
+
+
+def dry_run(experiment: Experiment, out_dir: str | Path, *, force: bool = False,
+            measure: Callable[..., dict[str, Any]] | None = None) -> tuple[list[PlannedPoint], list[Skipped]]:
+    """What ``run_experiment`` would do, doing none of it: every distinct point in run order, each
+    marked done (a readable point file in ``out_dir``, and no ``force``) or to compute, and the
+    combinations it would skip with their reasons. Writes nothing."""
+    points, skipped = plan(experiment, measure)
+    store = ResultDir(out_dir)
+    finished = set() if force else store.finished_ids()
+    planned: dict[str, PlannedPoint] = {}
+    for point in points:
+        pid = point_id(point, experiment)
+        if pid not in planned:
+            planned[pid] = PlannedPoint(pid, point, pid in finished and store.readable_point(pid) is not None)
+    return list(planned.values()), skipped
+
+
 def run_experiment(
     experiment: Experiment,
     out_dir: str | Path,
@@ -218,7 +243,7 @@ def run_experiment(
         done -= set(broken)
     todo = [pid for pid in order if pid not in done]
     for s in skipped:
-        log(f"skipped {_axes_text(s.axes)}: {s.reason}")
+        log(f"skipped {axes_text(s.axes)}: {s.reason}")
     log(f"{experiment.name}: {len(order)} points ({len(done)} already done, {len(todo)} to run, "
         f"{len(skipped)} invalid combinations skipped) -> {store.path}")
     stamp = provenance()
@@ -250,7 +275,7 @@ def run_experiment(
         point = by_id[pid]
         if isinstance(columns, ConfigError):  # refused by the simulator itself: skipped, reported
             refused.append(Skipped(point.axes, str(columns)))
-            log(f"skipped {_axes_text(point.axes)}: {columns}")
+            log(f"skipped {axes_text(point.axes)}: {columns}")
         else:
             row = {"point_id": pid, "source": point.source, "repetition": point.repetition,
                    **axis_columns(point.axes), **columns, **stamp}
@@ -298,7 +323,8 @@ def run_experiment(
                       time.perf_counter() - start, len(todo) - len(ours))
 
 
-def _axes_text(axes: dict[str, Any]) -> str:
+def axes_text(axes: dict[str, Any]) -> str:
+    """``cluster.gpus=8, cluster.inter_link=ib_edr``: what chose a point, on one line."""
     return ", ".join(f"{k}={v}" for k, v in axes.items())
 
 

@@ -73,6 +73,18 @@ def mean_over_repetitions(df: pd.DataFrame) -> pd.DataFrame:
     return df.groupby(keys, sort=False, as_index=False).agg(agg)
 
 
+def efficiency_rows(df: pd.DataFrame, meta: dict[str, Any], source: str = "sim") -> list[dict[str, Any]]:
+    """Scaling efficiency (%, one decimal) by GPU count (one row each) and series (one column
+    each), as rows for a real table ('-' where a series has no point at that count)."""
+    data = mean_over_repetitions(with_series(df, meta))
+    data = data[data["source"] == source]
+    if data.empty:
+        return []
+    pivot = data.pivot_table(index=GPU_COLUMN, columns="series", values="scaling_efficiency", sort=False).sort_index()
+    return [{"GPUs": int(gpus), **{str(s): ("-" if pd.isna(v) else f"{100 * v:.1f}") for s, v in row.items()}}
+            for gpus, row in pivot.iterrows()]
+
+
 def efficiency_table(df: pd.DataFrame, meta: dict[str, Any], source: str = "sim", max_series: int = 12) -> str:
     """Scaling efficiency (%) by GPU count (rows) and series (columns), as plain text
     (for a multi-iteration experiment: its runs' throughput and staleness table)."""

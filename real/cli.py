@@ -76,6 +76,21 @@ def spec_from_args(args: argparse.Namespace) -> dict:
     return spec
 
 
+def _exposed(row: dict, t) -> str:
+    """The exposed communication with its noise; below the noise said so, never a negative time
+    (real/measure.py ``exposed_communication``)."""
+    value, measured = row.get("exposed_comm_time_s"), row.get("exposed_comm_measured_s")
+    noise = t("exposed_comm_noise_s")
+    if not isinstance(measured, float) or measured != measured:
+        return f"{t('exposed_comm_time_s'):>10}"
+    if isinstance(value, float) and value != value:
+        return (f"{'-':>10}   not measured: compute alone took {t('exposed_comm_measured_s').lstrip('-')} longer "
+                f"than whole iterations, beyond the noise of +-{noise} (the machine's load changed between the phases)")
+    if row.get("exposed_comm_below_noise"):
+        return f"{'~0':>10}   below the noise: iteration - compute = {t('exposed_comm_measured_s')} +- {noise}"
+    return f"{t('exposed_comm_time_s'):>10}   +- {noise}"
+
+
 def row_table(row: dict) -> str:
     """A measured row for people (scalebench real's table)."""
     from sim.units import human_seconds
@@ -92,7 +107,7 @@ def row_table(row: dict) -> str:
         f"  iteration (slowest rank)  {t('iteration_time_s'):>10}   IQR {t('iteration_time_iqr_s')}",
         f"  compute only              {t('compute_time_s'):>10}   IQR {t('compute_time_iqr_s')}",
         f"    forward / backward / optimizer  {t('forward_time_s')} / {t('backward_time_s')} / {t('optimizer_time_s')}",
-        f"  exposed communication     {t('exposed_comm_time_s'):>10}",
+        f"  exposed communication     {_exposed(row, t)}",
         f"  communication alone       {t('comm_time_s'):>10}   ({row['buckets']} buckets)",
         f"  1 rank alone (T1)         {t('baseline_time_s'):>10}",
         "",

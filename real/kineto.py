@@ -19,6 +19,9 @@ steps in the trace, at the batch the steps ran). How events become layer times:
 Not layers, and reported apart: the loss, the optimizer, and anything outside the root's calls.
 Limits: a model called more than once per step, or a second instance of the root's class called
 before it, breaks the numbering; ops on other threads than the forward's are not forward ops.
+
+``profiler_timeline`` turns such a trace into one iteration in sim/trace.py's layout, for
+``scalebench plot --timeline SIM.json MEASURED.json`` (module docstring of the function).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from real.derive import Derived
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:  # torch-free at run time: the timeline plot reads traces without torch
+    from real.derive import Derived
 
 MODULE_PREFIX = "nn.Module: "
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -219,3 +224,101 @@ def _device_time(top: list[_Op], owner: dict[int, _Op], ops: list[_Op], launches
         if op is not None:
             out[id(op)] += kernel.dur
     return out
+
+
+PROFILER_CATS = ("cpu_op", "user_annotation", "python_function", *KERNEL_CATS, *RUNTIME_CATS)
+STEP_PREFIX = "ProfilerStep#"
+OPTIMIZER_STEP = "Optimizer.step"
+COLLECTIVE_MARKS = ("all_reduce", "allreduce", "reduce_scatter", "all_gather", "allgather", "record_param_comms")
+
+
+def is_profiler_trace(doc: Any) -> bool:
+    """A torch.profiler (Kineto) Chrome trace, as opposed to one of sim/trace.py's (which carry
+    ``otherData.source``): its events carry Kineto's categories."""
+    if isinstance(doc, dict) and isinstance(doc.get("otherData"), dict) and "source" in doc["otherData"]:
+        return False
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    return isinstance(events, list) and any(isinstance(e, dict) and e.get("cat") in PROFILER_CATS for e in events[:5000])
+
+
+def _phase(op: _Op, first_backward_s: float | None) -> str:
+    """Which part of a training iteration a top-level op is, by torch's own names: backward ops
+    are autograd's ``evaluate_function``s, the optimizer's step its ``Optimizer.step#...`` range,
+    collectives c10d's ops (``gloo:all_reduce``, ``nccl:all_reduce``, ``record_param_comms``);
+    the rest is forward before the first backward op and other after it (zero_grad, the loss'
+    seed, data movement)."""
+    name = op.name
+    if name.startswith(BACKWARD_PREFIX):
+        return "backward"
+    if name.startswith(OPTIMIZER_STEP):
+        return "optimizer step"
+    if any(mark in name.lower() for mark in COLLECTIVE_MARKS):
+        return "gradient allreduce"
+    if name.startswith("Optimizer."):
+        return "other"
+    return "forward" if first_backward_s is None or op.start < first_backward_s else "other"
+
+
+def profiler_timeline(doc: Any, name: str = "torch.profiler trace") -> dict[str, Any]:
+    """One iteration of a torch.profiler trace in sim/trace.py's layout (what ``scalebench plot
+    --timeline`` draws beside a simulated one): the last ``ProfilerStep#N`` range (the whole trace
+    where there is none), on each CPU thread its top-level ops and on each device stream its
+    kernels, times from the step's start, each span's ``args.phase`` forward / backward /
+    optimizer step / gradient allreduce / other (``_phase``); python frames (``with_stack``) and
+    the profiler's own spans are left out. Process and thread ids become small integers (Kineto
+    mixes integer ids with names such as 'Spans')."""
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    events = [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
+    steps = sorted((e for e in events if str(e.get("name", "")).startswith(STEP_PREFIX)), key=lambda e: e["ts"])
+    ops = [(_span(e), e) for e in events if e.get("cat") in ("cpu_op", "user_annotation")
+           and not str(e.get("name", "")).startswith(STEP_PREFIX)]
+    kernels = [(_span(e), e) for e in events if e.get("cat") in KERNEL_CATS]
+    if not ops and not kernels:
+        raise ConfigError("--timeline", name, "a torch.profiler trace with CPU ops or device kernels")
+    if steps:  # microseconds, as the trace has them: seconds at its absolute clock lose digits
+        lo_us, hi_us = float(steps[-1]["ts"]), float(steps[-1]["ts"]) + float(steps[-1].get("dur") or 0)
+        which = f"{steps[-1]['name']} (the last of {len(steps)} profiler steps)"
+    else:
+        lo_us = min(float(e["ts"]) for _, e in ops + kernels)
+        hi_us = max(float(e["ts"]) + float(e.get("dur") or 0) for _, e in ops + kernels)
+        which = "the whole trace (no ProfilerStep ranges: profile with a schedule and prof.step())"
+    keyed = {}
+    raw = {}
+    for op, e in ops + kernels:
+        if float(e["ts"]) >= lo_us and float(e["ts"]) + float(e.get("dur") or 0) <= hi_us + 1e-3:
+            keyed.setdefault((str(e.get("pid")), str(e.get("tid"))), []).append((op, e))
+            raw[id(op)] = e
+    tops = {}
+    for key, spans in keyed.items():
+        top, _ = _top_level([op for op, _ in spans])
+        tops[key] = top
+    backward = [op.start for top in tops.values() for op in top if op.name.startswith(BACKWARD_PREFIX)]
+    first_backward = min(backward) if backward else None
+    phase_of_external = {op.args["External id"]: _phase(op, first_backward)
+                         for top in tops.values() for op in top if "External id" in op.args}
+    names = {}
+    for e in doc.get("traceEvents", []) if isinstance(doc, dict) else []:
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+            names[(e["name"], str(e.get("pid")), str(e.get("tid")) if e["name"] == "thread_name" else None)] = \
+                (e.get("args") or {}).get("name")
+    out: list[dict[str, Any]] = []
+    pids: dict[str, int] = {}
+    for tid_number, key in enumerate(sorted(tops, key=lambda k: min(op.start for op in tops[k])), start=1):
+        pid_text, tid_text = key
+        pid = pids.setdefault(pid_text, len(pids) + 1)
+        is_device = any(e.get("cat") in KERNEL_CATS for op, e in keyed[key])
+        thread = names.get(("thread_name", pid_text, tid_text)) or (f"stream {tid_text}" if is_device else f"thread {tid_text}")
+        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid_number, "args": {"name": thread}})
+        for op in tops[key]:
+            phase = (phase_of_external.get(op.args.get("External id"), "other") if is_device
+                     else _phase(op, first_backward))
+            e = raw[id(op)]
+            out.append({"name": op.name, "ph": "X", "pid": pid, "tid": tid_number, "ts": float(e["ts"]) - lo_us,
+                        "dur": float(e.get("dur") or 0), "args": {"phase": phase}})
+    for pid_text, pid in pids.items():
+        proc = names.get(("process_name", pid_text, None)) or f"process {pid_text}"
+        out.insert(0, {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": proc}})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"title": f"{name}: {which}", "source": "real", "iteration_time_s": (hi_us - lo_us) * 1e-6,
+                          "limits": "torch.profiler trace: the top-level ops of each CPU thread and the kernels of each "
+                                    "device stream inside one profiler step; python frames left out"}}

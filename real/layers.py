@@ -15,8 +15,8 @@ from typing import Any
 @cache
 def _table(name: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
+    from real.derive import flop_counter
     from real.models import build_model, make_batch
 
     model = build_model(name, seed=0)
@@ -24,10 +24,10 @@ def _table(name: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
     x, _ = make_batch(name, batch, torch.Generator().manual_seed(0))
     rows = []
     for i, child in enumerate(model):
-        with FlopCounterMode(display=False) as fwd:
+        with flop_counter() as fwd:
             out = child(x)
         x_req = x.detach().requires_grad_(x.is_floating_point())
-        with FlopCounterMode(display=False) as total:
+        with flop_counter() as total:
             out2 = child(x_req)
             if out2.requires_grad:
                 out2.float().sum().backward()

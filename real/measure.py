@@ -8,7 +8,13 @@ interquartile ranges, and environment columns (real/results.py). Definitions:
   its IQR and, for reference, its median (``iteration_time_median_s``);
 - compute_time_s: the same with communication removed (every rank at once, sharing the cores);
   forward/backward/optimizer likewise;
-- exposed_comm_time_s = iteration_time_s - compute_time_s;
+- exposed_comm_time_s = iteration_time_s - compute_time_s, a difference of two measured means
+  (``exposed_communication``): its noise ``exposed_comm_noise_s`` = 2 x the standard error of that
+  difference, sqrt(s_it^2 / n_it + s_comp^2 / n_comp) (about 95 %); a difference below the noise is
+  reported as such (``exposed_comm_below_noise``), a negative one within the noise as 0 (it
+  cannot be negative; ``exposed_comm_measured_s`` keeps the raw difference), and one negative
+  beyond the noise as not measured (NaN: compute alone was slower than whole iterations, the
+  machine's load changed between the phases);
 - comm_time_s: the iteration's gradient reduction replayed alone (DDP's bucket sizes);
 - baseline_time_s: rank 0's compute-only iteration with the other ranks idle (T1);
 - iteration_cpu_time_s: CPU time of the rank's process (all threads) per iteration, slowest rank,
@@ -178,6 +184,22 @@ def training_deadline_s(timeout_s: float, warmup: int, iterations: int) -> float
     return 30 + timeout_s * (3 + 4 * (warmup + iterations))
 
 
+def exposed_communication(iteration_s: list[float], compute_s: list[float]) -> dict[str, Any]:
+    """Exposed communication from the iterations' and the compute-only steps' times (each the
+    slowest rank's per repetition): the difference of their means and its noise (module
+    docstring). Never a negative time."""
+    if not iteration_s or not compute_s:
+        return {"exposed_comm_time_s": NAN, "exposed_comm_noise_s": NAN, "exposed_comm_measured_s": NAN,
+                "exposed_comm_below_noise": False}
+    diff = statistics.fmean(iteration_s) - statistics.fmean(compute_s)
+    var = sum(statistics.variance(xs) / len(xs) for xs in (iteration_s, compute_s) if len(xs) > 1)
+    noise = 2 * math.sqrt(var)
+    below = abs(diff) <= noise
+    value = diff if diff >= 0 else (0.0 if below else NAN)
+    return {"exposed_comm_time_s": value, "exposed_comm_noise_s": noise, "exposed_comm_measured_s": diff,
+            "exposed_comm_below_noise": below}
+
+
 def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     ranks = raw["ranks"]
     world = int(raw["world"])
@@ -190,8 +212,10 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
         step = step_summary(compute)
         comp_s, comp_iqr = step["total_s"], step["total_iqr_s"]
         fwd_s, bwd_s, opt_s = step["fwd_s"], step["bwd_s"], step["opt_s"]
+        exposed = exposed_communication(iteration, slowest_per_iteration([[sum(row) for row in rows] for rows in compute]))
     else:
         comp_s = comp_iqr = fwd_s = bwd_s = opt_s = NAN
+        exposed = exposed_communication([], [])
     comm = [r["comm"] for r in ranks if r.get("comm")]
     comm_s, comm_iqr = mean_iqr(slowest_per_iteration(comm)) if comm and len(comm) == len(ranks) else (NAN, NAN)
     baseline = ranks[0].get("baseline")
@@ -200,7 +224,7 @@ def metrics_from_ranks(raw: dict[str, Any], batch_size: int) -> dict[str, Any]:
     out.update({
         "iteration_time_s": it_s,
         "compute_time_s": comp_s,
-        "exposed_comm_time_s": it_s - comp_s if not math.isnan(comp_s) else NAN,
+        **exposed,
         "comm_time_s": comm_s,
         "forward_time_s": fwd_s,
         "backward_time_s": bwd_s,

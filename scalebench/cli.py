@@ -44,8 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"scalebench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    messages = argparse.ArgumentParser(add_help=False)
+    verbosity = messages.add_argument_group("messages (stderr; the results on stdout are unchanged)")
+    verbosity.add_argument("-v", "--verbose", action="count", default=0,
+                           help="more detail on stderr (debug messages)")
+    verbosity.add_argument("-q", "--quiet", action="store_true",
+                           help="only warnings and errors on stderr: no progress bars or progress lines"
+                                " (regress: also only the points that are not OK)")
     for name, (module, help_text) in SUBCOMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False, parents=[messages])
         p.set_defaults(_module=module)
         # Argument definitions are cheap modules; heavy imports happen inside run().
         importlib.import_module(module).add_arguments(p)
@@ -97,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # a flag of another command (real has no --gpu): said by the command it was given to
         print(f"scalebench {args.command}: error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from scalebench import log
+
+    log.configure(verbose=getattr(args, "verbose", 0), quiet=getattr(args, "quiet", False))
     previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         module = importlib.import_module(args._module)

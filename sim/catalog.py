@@ -16,7 +16,14 @@ from typing import Any
 
 from sim.errors import ConfigError, reject_unknown_keys, require_mapping, require_positive
 from sim.scenario_terms import ScenarioTerms, terms_from_dict
-from sim.units import GIB, gbit_per_s_to_Bps, gbyte_per_s_to_Bps, tflops_to_flops, us_to_s
+from sim.units import (
+    GIB,
+    gbit_per_s_to_Bps,
+    gbyte_per_s_to_Bps,
+    require_size,
+    tflops_to_flops,
+    us_to_s,
+)
 from sim.yamlio import load_yaml_text, read_yaml
 
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
@@ -260,7 +267,7 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
         name=name,
         peak_flops=flops,
         memory_bandwidth_Bps=gbyte_per_s_to_Bps(require_positive(f"{where}.{name}.memory_bandwidth_GBps", spec["memory_bandwidth_GBps"])),
-        memory_bytes=require_positive(f"{where}.{name}.memory_GiB", spec["memory_GiB"]) * GIB,
+        memory_bytes=require_size(f"{where}.{name}.memory_GiB", spec["memory_GiB"], "GiB") * GIB,
         efficiency=_fraction(f"{where}.{name}.efficiency", spec.get("efficiency", 0.5)),
         launch_overhead_s=us_to_s(
             require_positive(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True)
@@ -323,13 +330,13 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
         raise ConfigError(f"{here}.latency_us", None, "a non-negative number (required)")
     software_s = (us_to_s(require_positive(f"{here}.software_latency_us", spec["software_latency_us"], allow_zero=True))
                   if "software_latency_us" in spec else (base.software_latency_s if base else 0.0))
-    mtu = require_positive(f"{here}.mtu_bytes", spec["mtu_bytes"], integer=True) if "mtu_bytes" in spec else (
+    mtu = int(require_size(f"{here}.mtu_bytes", spec["mtu_bytes"], "bytes", integer=True)) if "mtu_bytes" in spec else (
         base.mtu_bytes if base else 1500)
     if mtu <= TCP_IP_HEADER_BYTES:
         raise ConfigError(f"{here}.mtu_bytes", mtu, f"more than the {TCP_IP_HEADER_BYTES} bytes of TCP/IP headers")
     per_flow = (gbit_per_s_to_Bps(require_positive(f"{here}.per_flow_Gbps", spec["per_flow_Gbps"]))
                 if "per_flow_Gbps" in spec else (base.per_flow_bandwidth_Bps if base else None))
-    window = (require_positive(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"]) * 2**20
+    window = (require_size(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"], "MiB") * 2**20
               if "tcp_window_MiB" in spec else (base.tcp_window_bytes if base else None))
     stream = (gbit_per_s_to_Bps(require_positive(f"{here}.tcp_stream_Gbps", spec["tcp_stream_Gbps"]))
               if "tcp_stream_Gbps" in spec else (base.tcp_stream_Bps if base else None))

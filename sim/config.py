@@ -3,6 +3,17 @@ validated together (degrees, placement, faults, memory, the collective library's
 the engines and the cost layer, which only ever see a checked ``sim.scenario.Scenario``.
 
 This is the one description that both sim/ and real/ consume. It is torch-free.
+
+Why the parsers are written by hand and not pydantic models (judged for issue 29; the schema
+side is sim/schema.py's): every section already parses into a frozen dataclass of SI units
+(``bucket_mib: 512K`` -> bytes, ``latency_us`` -> seconds, catalog entries deriving from a
+``base``), a bad value is one line naming its dotted field and what is allowed (CLI exit 2), and
+what spans sections (dp x tp x pp = GPUs, memory, placement, the library's options) is checked
+here, after each section. pydantic would validate types and bounds and emit the schema with
+descriptions, but each of those conversions and cross-section rules would become a validator,
+its errors multi-line reports to rewrite into our one line, and the move would touch every
+parser other work changes at the same time; sim/schema.py generates the schema from the same key
+tuples and registries instead, and tests/test_schema.py holds the two equal.
 """
 
 from __future__ import annotations

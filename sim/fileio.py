@@ -141,6 +141,20 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return _write_beside(Path(path), "wb", lambda fh: fh.write(data))
 
 
+def portable_path(path: str | Path) -> str:
+    """``path`` as a file written for others may hold it: relative to the working directory when
+    inside it, else to scalebench's own checkout, else only its last two parts (a report names its
+    inputs; a machine's absolute layout, /home/<user>/..., is nobody else's)."""
+    here = Path(path)
+    absolute = here.resolve() if not here.is_absolute() else here
+    for root in (Path.cwd().resolve(), Path(__file__).resolve().parents[1]):
+        try:
+            return absolute.relative_to(root).as_posix() or "."
+        except ValueError:
+            continue
+    return here.as_posix() if not here.is_absolute() else "/".join(("...", *absolute.parts[-2:]))
+
+
 def check_writable(field: str, path: str | Path, *, directory: bool = False) -> Path:
     """Refuse, before any work, an output ``path`` that cannot be written: under a file, a
     directory where a file goes (or the reverse), a read-only location. Creates nothing: it

@@ -1,4 +1,4 @@
-"""Fitting measured collective times to the alpha-beta form (calibration, sim/calibration.py). Pure numpy.
+"""Fitting measured collective times to the alpha-beta form (calibration, sim/calibration.py).
 
 Measured form, per collective at a fixed world size n:  t(S) = alpha + S / B_alg
 (least squares on relative error, so 1 KiB and 256 MiB weigh alike). gloo on a few ranks
@@ -10,6 +10,8 @@ simulator's closed forms at that n:
   broadcast, sendrecv:     T = a + S / B                  -> a = alpha,            B = B_alg
 (Thakur, Rabenseifner & Gropp 2005; the busbw factors of nccl-tests doc/PERFORMANCE.md). The
 link entry reproduces the measurement at the n it was fitted at; other n are a prediction.
+``two_regime_fit`` stays numpy (a line through the large sizes and a median of the small ones'
+residuals: an estimator, not a least-squares problem a library solves).
 """
 
 from __future__ import annotations
@@ -31,17 +33,28 @@ class AlphaBeta:
         return self.alpha_s + size_bytes / self.bandwidth_Bps
 
 
+BETA_FLOOR_S_PER_B = 1e-18
+"""The smallest beta the bounded fit may return (1 EB/s): beta > 0 so that B_alg = 1 / beta exists."""
+
+
 def fit_alpha_beta(sizes_bytes: list[float], times_s: list[float]) -> AlphaBeta:
-    """Minimise sum(((alpha + beta S) - t) / t)^2 with alpha >= 0, beta > 0."""
+    """Minimise sum(((alpha + beta S) - t) / t)^2 with alpha >= 0, beta > 0: a linear least
+    squares problem with bounds, solved by scipy.optimize.lsq_linear (judged for issue 29: it
+    replaced an unbounded numpy fit followed by a hand-written fallback that refitted the
+    bandwidth alone whenever alpha or beta fell outside, which is the bounded optimum only when
+    alpha is the bound; with scipy a dependency since the nccl-tests fits, the library's bounded
+    solver is shorter and right in every case)."""
+    from scipy.optimize import lsq_linear
+
     s = np.asarray(sizes_bytes, dtype=float)
     t = np.asarray(times_s, dtype=float)
     if len(s) < 2 or np.any(t <= 0):
         raise ValueError("need at least two sizes with positive times")
     a = np.column_stack([1 / t, s / t])
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
-    if alpha < 0 or beta <= 0:  # latency not resolvable: bandwidth only
-        alpha = 0.0
-        beta = float(np.sum(s / t) / np.sum((s / t) ** 2))
+    scale = np.array([1.0, 1.0 / max(float(np.max(s)), 1.0)])  # beta ~ 1e-9 s/B: columns of one size
+    solved = lsq_linear(a * scale, np.ones_like(t), bounds=([0.0, BETA_FLOOR_S_PER_B / scale[1]], [np.inf, np.inf]),
+                        method="bvls")
+    alpha, beta = (float(v) for v in solved.x * scale)
     pred = alpha + beta * s
     rms = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
     return AlphaBeta(alpha_s=float(alpha), bandwidth_Bps=1 / float(beta), rms_relative_error=rms, points=len(s))

@@ -36,6 +36,13 @@ class LinkStat:
     """Time the link carried at least one flow."""
 
     def utilisation(self, iteration_s: float) -> float:
+        """The share of what the link could have carried in the iteration that it carried:
+        bytes / (capacity x iteration). A link busy 82.5 % of the time carrying 195 MiB and one
+        carrying 974 MiB in the same time differ here, not in ``busy_share``."""
+        return self.bytes / (self.capacity_Bps * iteration_s) if iteration_s > 0 and self.capacity_Bps > 0 else 0.0
+
+    def busy_share(self, iteration_s: float) -> float:
+        """The share of the iteration the link carried at least one flow (at any rate)."""
         return self.busy_s / iteration_s if iteration_s > 0 else 0.0
 
 
@@ -126,8 +133,10 @@ class IterationResult:
     attribute; otherwise the terms sum to exposed_comm_time_s."""
 
     def hottest_links(self, count: int = 5) -> list[LinkStat]:
-        """The links busy for the largest share of the iteration (ties: more bytes first)."""
-        return sorted(self.links, key=lambda s: (-s.busy_s, -s.bytes, s.name))[:count]
+        """The links that carried the largest share of their capacity over the iteration
+        (``LinkStat.utilisation``; ties: busy longer first)."""
+        return sorted(self.links, key=lambda s: (-s.bytes / s.capacity_Bps if s.capacity_Bps > 0 else 0.0,
+                                                 -s.busy_s, s.name))[:count]
 
     @property
     def replicas(self) -> int:

@@ -22,10 +22,20 @@ NUM_NONNEG = {"type": "number", "minimum": 0}
 FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
 BOOL = {"type": "boolean"}
 STRING = {"type": "string"}
+SIZE_TEXT = {"type": "string", "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGTkmgt]([iI]?[Bb])?|[Bb])?\s*$"}
+"""A size as the command line writes it (9K, 256M, 1G: sim.units.require_size), for keys with a size unit."""
 
 
-def _enum(values) -> dict[str, Any]:
+def size_schema(number: dict[str, Any]) -> dict[str, Any]:
+    """A size key: a number in the key's unit, or a size string (``9K``)."""
+    return {"oneOf": [number, SIZE_TEXT]}
+
+
+def enum_schema(values) -> dict[str, Any]:
     return {"enum": list(values)}
+
+
+_enum = enum_schema
 
 
 def field_types() -> dict[str, Any]:
@@ -94,13 +104,13 @@ def field_types() -> dict[str, Any]:
         "strategy.nccl_nsocks_perthread": {"type": "integer", "minimum": 1, "maximum": 64},
         "strategy.nccl_version": _enum(known_versions()), "strategy.mpi_library": _enum(MPI_LIBRARIES),
         "strategy.mpi_gpu_buffers": _enum(GPU_BUFFERS),
-        "strategy.fusion_mib": NUM_POS, "strategy.cycle_time_ms": NUM_NONNEG,
+        "strategy.fusion_mib": size_schema(NUM_POS), "strategy.cycle_time_ms": NUM_NONNEG,
         "strategy.iteration_overhead_ms": NUM_NONNEG,
         "strategy.inter_node_overhead_ms": NUM_NONNEG, "strategy.multi_gpu_overhead_ms": NUM_NONNEG, "strategy.comm_slows_compute": BOOL,
         "strategy.double_buffering": BOOL, "strategy.ps_layout": _enum(PS_LAYOUTS),
         "strategy.negotiation": _enum(NEGOTIATIONS), "strategy.ps_rpc": _enum(PS_RPCS),
         "strategy.root_collective": {"type": "string"}, "strategy.concurrent_collectives": INT_POS,
-        "strategy.ps_servers": INT_POS, "strategy.bucket_mib": NUM_POS, "strategy.first_bucket_mib": NUM_POS,
+        "strategy.ps_servers": INT_POS, "strategy.bucket_mib": size_schema(NUM_POS), "strategy.first_bucket_mib": size_schema(NUM_POS),
         "strategy.overlap": BOOL, "strategy.precision": _enum(PRECISIONS), "strategy.codec": _enum(CODECS),
         "strategy.codec_path": _enum(CODEC_PATHS), "strategy.error_feedback": BOOL,
         **{f"strategy.codec_{k}_ns_per_elem": NUM_NONNEG for k in ("reduce", "encode", "decode")},
@@ -122,20 +132,27 @@ def field_types() -> dict[str, Any]:
         "faults.checkpoint_s": NUM_NONNEG, "faults.restart_s": NUM_NONNEG,
         "gpu.peak_tflops": {"type": "object", "additionalProperties": NUM_POS, "propertyNames": _enum(COMPUTE_DTYPES),
                             "required": ["fp32"]},
-        "gpu.memory_bandwidth_GBps": NUM_POS, "gpu.memory_GiB": NUM_POS, "gpu.efficiency": FRACTION,
+        "gpu.memory_bandwidth_GBps": NUM_POS, "gpu.memory_GiB": size_schema(NUM_POS), "gpu.efficiency": FRACTION,
         "gpu.launch_overhead_us": NUM_NONNEG, "gpu.kind": _enum(DEVICE_KINDS), "gpu.compute_capability": NUM_POS,
         "gpu.nvlinks": INT_NONNEG, "gpu.sm_count": INT_NONNEG, "gpu.source": STRING,
         "gpu.node": {"type": "object", "additionalProperties": False, "required": ["gpus_per_node", "intra_link",
                      "inter_link", "nics_per_node"],
                      "description": "the server the GPU usually comes in (DGX/HGX): a cluster that does not say "
                                     "otherwise gets its GPUs per node, intra-node link, inter-node link and NICs",
-                     "properties": {"gpus_per_node": INT_POS, "intra_link": STRING, "inter_link": STRING,
-                                    "nics_per_node": INT_POS, "source": STRING}},
+                     # each key as sim.catalog.NodeDesign's field docstring says
+                     "properties": {
+                         "gpus_per_node": {**INT_POS, "description": "GPUs per server (its DGX / HGX board)."},
+                         "intra_link": {**STRING, "description": "The catalog link between its GPUs (NVLink "
+                                                                 "generation, through NVSwitch where it has one)."},
+                         "inter_link": {**STRING, "description": "The catalog link of its compute NICs."},
+                         "nics_per_node": {**INT_POS, "description": "Compute NICs (rail-aligned: one per GPU on DGX "
+                                                                     "A100/H100/H200, one per two GPUs on DGX-1)."},
+                         "source": {**STRING, "description": "Where the server's figures come from."}}},
         "gpu.base": {"type": "string", "examples": sorted(catalog.gpus)}, "gpu.compute_scale": NUM_POS,
         "gpu.host": {"type": "string", "examples": sorted(catalog.hosts)},
         "link.kind": _enum(LINK_KINDS), "link.bandwidth_Gbps": NUM_POS, "link.bandwidth_GBps": NUM_POS,
         "link.latency_us": NUM_NONNEG, "link.software_latency_us": NUM_NONNEG, "link.efficiency": FRACTION,
-        "link.mtu_bytes": {"type": "integer", "minimum": 53}, "link.per_flow_Gbps": NUM_POS, "link.tcp_window_MiB": NUM_POS,
+        "link.mtu_bytes": size_schema({"type": "integer", "minimum": 53}), "link.per_flow_Gbps": NUM_POS, "link.tcp_window_MiB": size_schema(NUM_POS),
         "link.tcp_stream_Gbps": NUM_POS,
         "link.nic_vendor": _enum(NIC_VENDORS), "link.base": {"type": "string", "examples": sorted(catalog.links)},
         "link.tc": {"type": "object", "additionalProperties": False, "minProperties": 1,
@@ -229,19 +246,57 @@ def section_keys() -> dict[str, tuple[str, ...]]:
 
 
 def section_schema(section: str, types: dict[str, Any] | None = None) -> dict[str, Any]:
-    """An object of the section's keys, each with its type; unknown keys are refused, as the parsers do."""
+    """An object of the section's keys, each with its type and description (sim/schema_docs.py);
+    unknown keys are refused, as the parsers do."""
+    from sim.schema_docs import describe, description
+
     types = types or field_types()
     props = {}
     for key in section_keys()[section]:
         value = types[f"{section}.{key}"]
-        props[key] = {"$ref": f"#/$defs/{value}"} if isinstance(value, str) else value
+        props[key] = describe({"$ref": f"#/$defs/{value}"} if isinstance(value, str) else value,
+                              description(f"{section}.{key}"))
     return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def builtin_names() -> dict[str, list[str]]:
+    """The names a config may use without a catalog of its own: the zoo's models (and decoder),
+    the built-in catalog's GPUs, links and hosts, the codecs."""
+    from sim.catalog import builtin_catalog
+    from sim.codecs import CODECS
+    from sim.workload import DECODER, zoo_names
+
+    catalog = builtin_catalog()
+    return {"model": [*zoo_names(), DECODER], "gpu": sorted(catalog.gpus), "link": sorted(catalog.links),
+            "host": sorted(catalog.hosts), "codec": list(CODECS)}
+
+
+def names_as_enums() -> dict[str, Any]:
+    """``cluster``'s GPU, link and host names as enums of the built-in catalog, and the
+    heterogeneity's GPU types: applied where the file has no ``catalog:`` of its own (a name it
+    defines there, or a --catalog file's, is then the loader's to judge)."""
+    names = builtin_names()
+    return {"cluster": {"properties": {"gpu": _enum(names["gpu"]), "intra_link": _enum(names["link"]),
+                                       "inter_link": _enum(names["link"]), "host": _enum(names["host"])}},
+            "heterogeneity": {"properties": {"mixed_gpus": {"propertyNames": _enum(names["gpu"])}}}}
+
+
+def _workload_definition(types: dict[str, Any], section: dict[str, Any]) -> dict[str, Any]:
+    """A zoo model's name, or the workload mapping, whose ``model`` is an enum of the zoo unless
+    the workload brings its own table (``layers`` or ``layers_file``: then any name)."""
+    from sim.schema_docs import describe
+
+    zoo = builtin_names()["model"]
+    own_table = {"anyOf": [{"required": ["layers"]}, {"required": ["layers_file"]}]}
+    mapping = {**section, "if": own_table, "else": {"properties": {"model": _enum(zoo)}}}
+    return describe({"oneOf": [_enum(zoo), mapping]}, "A zoo model's name, or {model, batch_size, ...}: "
+                    "the workload (a layer table of your own: layers or layers_file).")
 
 
 def scenario_definitions() -> dict[str, Any]:
     types = field_types()
     defs = {name: section_schema(name, types) for name in section_keys()}
-    defs["workload"] = {"oneOf": [{"type": "string", "examples": types["workload.model"]["examples"]}, defs["workload"]]}
+    defs["workload"] = _workload_definition(types, defs["workload"])
     defs["catalog"] = {"type": "object", "additionalProperties": False, "properties": {
         "gpus": {"type": "object", "additionalProperties": {"$ref": "#/$defs/gpu"}},
         "links": {"type": "object", "additionalProperties": {"$ref": "#/$defs/link"}},
@@ -255,15 +310,24 @@ def scenario_definitions() -> dict[str, Any]:
 def scenario_properties() -> dict[str, Any]:
     """The top-level keys of a scenario (sim.config.SCENARIO_KEYS), each a reference to its section."""
     from sim.config import SCENARIO_KEYS
+    from sim.schema_docs import SECTIONS, describe
 
     refs = {"name": STRING, "description": STRING}
     for key in SCENARIO_KEYS:
         refs.setdefault(key, {"$ref": f"#/$defs/{key}"})
-    return {key: refs[key] for key in SCENARIO_KEYS}
+    return {key: describe(refs[key], SECTIONS.get(key)) for key in SCENARIO_KEYS}
+
+
+def without_catalog(then: dict[str, Any]) -> dict[str, Any]:
+    """``then`` where the document has no ``catalog:`` section."""
+    return {"if": {"required": ["catalog"]}, "else": then}
 
 
 def scenario_schema() -> dict[str, Any]:
     """The scenario file of ``scalebench simulate`` (and of ``real``, which adds a ``real:`` section)."""
-    return {"$schema": SCHEMA_URI, "title": "scalebench scenario (workload, cluster, strategy, simulation)", "type": "object",
-            "required": ["workload"], "additionalProperties": False, "properties": scenario_properties(),
-            "$defs": scenario_definitions()}
+    from sim.schema_docs import fill_nested
+
+    return fill_nested({"$schema": SCHEMA_URI, "title": "scalebench scenario (workload, cluster, strategy, simulation)",
+                        "type": "object", "required": ["workload"], "additionalProperties": False,
+                        "properties": scenario_properties(), **without_catalog({"properties": names_as_enums()}),
+                        "$defs": scenario_definitions()})

@@ -7,7 +7,7 @@ from typing import Any
 
 from sim.cluster import MAX_WORLD_SIZE
 from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
-from sim.units import mib_to_bytes
+from sim.units import mib_to_bytes, require_size
 
 STRATEGY_KINDS = ("data_parallel", "pipeline", "tensor", "hybrid")
 """data_parallel: tp = pp = 1; pipeline, tensor, hybrid: any dp x tp x pp (the names are labels)."""
@@ -281,10 +281,10 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     overlap = spec.get("overlap", True)
     if not isinstance(overlap, bool):
         raise ConfigError(f"{where}.overlap", overlap, "true or false")
-    bucket_mib = require_positive(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB))
+    bucket_mib = require_size(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB), "MiB")
     first_mib = spec.get("first_bucket_mib")
     if first_mib is not None:
-        first_mib = require_positive(f"{where}.first_bucket_mib", first_mib)
+        first_mib = require_size(f"{where}.first_bucket_mib", first_mib, "MiB")
     codec, codec_path = _codec_fields(spec, where)
     error_feedback = spec.get("error_feedback", False)
     if not isinstance(error_feedback, bool):
@@ -344,7 +344,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         nccl_version=nccl_version,
         mpi_library=mpi_library,
         mpi_gpu_buffers=mpi_gpu_buffers,
-        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(float(require_positive(f"{where}.fusion_mib", fusion_mib)))),
+        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(require_size(f"{where}.fusion_mib", fusion_mib, "MiB"))),
         cycle_time_s=None if cycle_ms is None else float(require_positive(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True)) / 1e3,
         iteration_overhead_s=float(require_positive(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
                                      allow_zero=True)) / 1e3,

@@ -110,8 +110,9 @@ def chrome_trace(result, scenario) -> dict[str, Any]:
     links = getattr(result, "links", ())
     if links:  # the detailed mode's busiest links (sim.result.LinkStat)
         other["hottest_links"] = [
-            {"link": s.name, "tier": s.tier, "busy_s": s.busy_s, "bytes": s.bytes,
-             "utilisation": s.utilisation(result.iteration_time_s)} for s in result.hottest_links(10)]
+            {"link": s.name, "tier": s.tier, "busy_s": s.busy_s, "bytes": s.bytes, "capacity_Bps": s.capacity_Bps,
+             "utilisation": s.utilisation(result.iteration_time_s), "busy_share": s.busy_share(result.iteration_time_s)}
+            for s in result.hottest_links(10)]
     return trace_document(scenario.name, [(pid, names[pid], by_pid[pid]) for pid in sorted(by_pid)], flows, other)
 
 

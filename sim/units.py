@@ -81,3 +81,28 @@ def parse_bytes(field: str, text: str | int | float) -> int:
     if not (size >= 1 and size < float("inf")) or size != int(size):
         raise ConfigError(field, text, "a whole number of bytes >= 1 (such as 8, 256K, 64M, 1G)")
     return int(size)
+
+
+UNIT_BYTES = {"bytes": 1, "MiB": MIB, "GiB": GIB}
+"""The size units config keys carry in their names (``mtu_bytes``, ``bucket_mib``, ``memory_GiB``)."""
+
+
+def require_size(field: str, value: object, unit: str, *, integer: bool = False) -> float:
+    """A size key of a config in the unit its name carries (``unit``: bytes, MiB or GiB): a
+    number in that unit, or a size written as on the command line (``9K``, ``256M``, ``1G``:
+    ``parse_bytes``, binary) converted to it; a quoted plain number is in the key's unit too.
+    ``integer``: a whole number of that unit (an MTU). One-line error naming the field otherwise."""
+    from sim.errors import require_positive
+
+    scale = UNIT_BYTES[unit]
+    if isinstance(value, str) and not isinstance(value, bool):
+        text = value.strip()
+        try:
+            number = float(text)
+        except ValueError:
+            number = parse_bytes(field, text) / scale
+        value = int(number) if integer and number == int(number) else number
+    allowed_note = f"in {unit}, or a size such as 9K, 256M, 1G"
+    if integer and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return require_positive(field, value, integer=integer, why=allowed_note)

@@ -34,7 +34,8 @@ def test_a_parallel_sweep_skips_the_points_the_detailed_fidelity_refuses(tmp_pat
     Path("td.yaml").write_text(TD)
     assert main(["run", "td.yaml", "--dry-run"]) == 0
     dry = capsys.readouterr().out
-    assert "td: 2 points, 2 invalid combinations skipped" in dry
+    assert "td: 2 points (0 already done, 2 to run, 2 invalid combinations skipped)" in dry
+    assert dry.count("compute ") == 2 and dry.count("skip ") == 2
     assert not Path("results/td").exists()
     assert main(["run", "td.yaml", "--jobs", "2", "--no-progress", "--no-plot"]) == 0
     out = capsys.readouterr().out

@@ -33,6 +33,35 @@ def test_fit_without_resolvable_latency_keeps_alpha_non_negative():
     assert fit.alpha_s >= 0 and fit.bandwidth_Bps > 0
 
 
+def test_fit_at_the_latency_bound_is_the_one_parameter_optimum():
+    """With alpha at its bound 0, sum((beta S/t - 1)^2) is least at beta = sum(S/t) / sum((S/t)^2)
+    (by hand: set the derivative to zero)."""
+    times = [s / 1e9 * (1.1 if i % 2 else 0.9) for i, s in enumerate(SIZES)]
+    times[0] *= 0.5
+    fit = fit_alpha_beta(SIZES, times)
+    ratios = [s / t for s, t in zip(SIZES, times, strict=True)]
+    assert fit.alpha_s == 0.0
+    assert 1 / fit.bandwidth_Bps == pytest.approx(sum(ratios) / sum(r * r for r in ratios), rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.5, 2.0), min_size=len(SIZES), max_size=len(SIZES)), st.floats(0, 500), st.floats(0.05, 20))
+def test_the_bounded_fit_is_no_worse_than_any_feasible_pair(noise, alpha_us, bw_GBps):
+    """The fit minimises the relative squared error over alpha >= 0, beta > 0: no other feasible
+    pair, the true one included, does better on the noisy data."""
+    times = [(alpha_us * 1e-6 + s / (bw_GBps * 1e9)) * f for s, f in zip(SIZES, noise, strict=True)]
+    fit = fit_alpha_beta(SIZES, times)
+
+    def cost(alpha, beta):
+        return sum(((alpha + beta * s) - t) ** 2 / t**2 for s, t in zip(SIZES, times, strict=True))
+
+    best = cost(fit.alpha_s, 1 / fit.bandwidth_Bps)
+    assert fit.alpha_s >= 0 and fit.bandwidth_Bps > 0
+    for alpha, beta in ((alpha_us * 1e-6, 1 / (bw_GBps * 1e9)), (0.0, 1 / (bw_GBps * 1e9)),
+                        (fit.alpha_s * 1.01, 1 / fit.bandwidth_Bps), (fit.alpha_s, 0.99 / fit.bandwidth_Bps)):
+        assert best <= cost(alpha, beta) * (1 + 1e-9) + 1e-15
+
+
 @pytest.mark.parametrize("n", [2, 3, 4, 8])
 def test_link_entry_reproduces_the_measured_allreduce_at_its_world_size(n):
     times = [300e-6 + s / 0.8e9 for s in SIZES]

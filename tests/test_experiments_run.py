@@ -218,3 +218,29 @@ def test_a_point_another_run_writes_while_this_one_starts_is_not_computed_again(
     monkeypatch.setattr(experiments.runner, "provenance", other_run_writes_the_point)
     again = run(experiment(), out)
     assert (again.computed, again.by_others, again.reused) == (0, 1, first.rows - 1)
+
+
+def test_dry_run_lists_every_point_it_would_compute_and_writes_nothing(tmp_path, capsys):
+    """12 GPUs on 2 per node x 2 links = 12 combinations; 3 GPUs (1.5 nodes) is refused by the
+    scenario for both links, so 10 points; after running half of them, those read 'reuse'."""
+    import yaml
+
+    config = tmp_path / "mini.yaml"
+    config.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(config), "--results", str(tmp_path), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    computed = [line for line in lines if line.startswith("compute ")]
+    assert len(computed) == 10 and len([line for line in lines if line.startswith("skip ")]) == 2
+    assert any("cluster.gpus=8, cluster.inter_link=ib_edr" in line for line in computed)
+    assert lines[-1].startswith("mini: 10 points (0 already done, 10 to run, 2 invalid combinations skipped)")
+    assert not (tmp_path / "mini").exists()
+
+    run(experiment(sweep={"cluster.gpus": [1, 2, 4], "cluster.inter_link": ["tcp_10gbe", "ib_edr"]}),
+        tmp_path / "mini")
+    assert main(["run", str(config), "--results", str(tmp_path), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    reused = [line for line in lines if line.startswith("reuse ")]
+    assert len(reused) == 6 and all("cluster.gpus=8" not in line for line in reused)
+    assert "(6 already done, 4 to run" in lines[-1]
+    assert main(["run", str(config), "--results", str(tmp_path), "--dry-run", "--force"]) == 0
+    assert "(0 already done, 10 to run" in capsys.readouterr().out

@@ -151,3 +151,47 @@ def test_the_devset_suite_needs_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode in (0, 1), proc.stderr  # its verdict, not a missing torch
     assert "scalebench[real]" not in proc.stderr and "public measurements of real GPU clusters" in proc.stdout
+
+
+def _readme_first_block() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readmes_test_command_is_what_ci_runs_with_a_pinned_cpu_torch():
+    """The first screen keeps its two set-up commands; the second, the tests, is a line of
+    .ci/run as written, and what it installs pins torch's CPU build (an unpinned or ranged torch
+    took torch 2.14.1 with CUDA wheels, a 5.7 GB venv, on a CPU machine)."""
+    setup, tests = _readme_first_block()
+    assert setup.startswith("pip install -e . && scalebench run")
+    assert tests.endswith("&& python -m pytest")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert tests in ci
+    requirement_file = tests.split("-r ", 1)[1].split()[0]
+    lines = [line.strip() for line in (ROOT / requirement_file).read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert "torch==2.13.0" in lines and "--extra-index-url https://download.pytorch.org/whl/cpu" in lines
+    assert any(line.startswith("-e .[") and "test" in line and "real" in line for line in lines)
+
+
+def test_the_wheel_carries_its_data_metadata_and_license():
+    """The wheel left out validation/devset/*.csv (`validate --suite devset` failed after a normal
+    install; CI now installs the wheel and runs it from outside the checkout). Every data file
+    the packages read must match a package-data pattern; the metadata names the project's
+    authors, addresses, classifiers and its Apache-2.0 license file."""
+    from fnmatch import fnmatch
+
+    project = _pyproject()["project"]
+    package_data = _pyproject()["tool"]["setuptools"]["package-data"]
+    data_files = [*(ROOT / "validation" / "devset").iterdir(), *(ROOT / "sim" / "data").rglob("*.yaml"),
+                  *(ROOT / "sim" / "data" / "workloads").iterdir(), *(ROOT / "experiments").glob("*.yaml"),
+                  *(ROOT / "experiments" / "baselines").glob("*.csv")]
+    for path in data_files:
+        package, relative = path.relative_to(ROOT).parts[0], path.relative_to(ROOT / path.relative_to(ROOT).parts[0])
+        assert any(fnmatch(relative.as_posix(), pattern) for pattern in package_data.get(package, [])), path
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()
+    assert project["authors"] and {"Homepage", "Source", "Issues"} <= set(project["urls"])
+    assert "Programming Language :: Python :: 3.11" in project["classifiers"]
+    assert not any(c.startswith("License ::") for c in project["classifiers"])  # PEP 639: the expression alone

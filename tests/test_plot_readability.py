@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import experiments.plots as plots  # noqa: E402
 from experiments.config import experiment_from_dict  # noqa: E402
-from experiments.plot_style import dodge_factors, label_ends, log2_axis, power_of_two_label  # noqa: E402
+from experiments.plot_style import label_ends, log2_axis, marker_sizes, power_of_two_label  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402
 from experiments.store import ResultDir  # noqa: E402
 from experiments.tables import mean_over_repetitions, with_series  # noqa: E402
@@ -63,13 +63,11 @@ def _overlaps(boxes) -> list[tuple[int, int]]:
     return [(i, j) for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2) if a.overlaps(b)]
 
 
-def test_dodged_series_are_centred_and_stay_within_a_fifth_of_a_doubling():
-    import math
-
-    for n in (1, 2, 5, 12):
-        factors = dodge_factors(n)
-        assert len(set(factors)) == n and math.prod(factors) == pytest.approx(1.0)
-        assert math.log2(max(factors) / min(factors)) <= 0.2 + 1e-12
+def test_marker_sizes_shrink_in_drawing_order():
+    assert marker_sizes(1) == [8.0]
+    assert marker_sizes(4) == [10.0, 8.0, 6.0, 4.0]  # each series rings the next one drawn on it
+    sizes = marker_sizes(12)
+    assert all(a > b for a, b in zip(sizes, sizes[1:], strict=False)) and sizes[-1] == 4.0
 
 
 def test_powers_of_two_read_as_numbers():
@@ -102,11 +100,15 @@ def test_speedup_and_efficiency_plots(result_dir, captured):
     for fig in captured:
         ax = fig.axes[0]
         renderer = fig.canvas.get_renderer()
-        # equal series: drawn at distinct x (dodged) so each one's markers show
+        # equal series: every point at its own GPU count (a sideways offset put points above the
+        # ideal line), told apart by marker shape and by size, each smaller than the one before
         lines = [line for line in ax.get_lines() if line.get_marker() not in (None, "None", "")]
         assert len(lines) == 4
-        first_x = {round(float(line.get_xdata()[0]), 6) for line in lines}
-        assert len(first_x) == 4
+        assert all(sorted(float(x) for x in line.get_xdata()) == [8, 16, 32, 64] for line in lines)
+        assert len({line.get_marker() for line in lines}) == 4
+        sizes = [line.get_markersize() for line in lines]
+        assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 4
+        assert "nested markers" in ax.get_xlabel()
         # end labels: one per series, none overlapping
         boxes = _text_boxes(ax, renderer)
         assert len(boxes) == 4 and _overlaps(boxes) == []
@@ -147,3 +149,92 @@ def test_report_tables_wrap_text_and_keep_numbers_whole(result_dir):
     assert '<div class="table"><table id="points">' in page
     assert "td.text{text-align:left;white-space:normal" in page and "table{border-collapse:collapse;font-size:80%;width:100%}" in page
     assert '<td class="text">' in page  # the series names wrap
+
+
+def test_no_speedup_point_sits_above_the_ideal_line(result_dir, captured):
+    """Efficiency <= 100 % means speedup <= GPUs at every plotted point: the plot must not show a
+    point above the ideal line (the offsets did, at 2-4 GPUs over 10 GbE)."""
+    data = _data(result_dir)
+    plots.plot_speedup(data, "equal", result_dir / "s")
+    ax = captured[0].axes[0]
+    for line in ax.get_lines():
+        if line.get_marker() in (None, "None", ""):
+            continue
+        for x, y in zip(line.get_xdata(), line.get_ydata(), strict=True):
+            assert y <= x * (1 + 1e-9), (line.get_label(), x, y)
+
+
+@pytest.fixture
+def plan_figures(monkeypatch):
+    import experiments.plan_report as plan_report
+
+    figures = []
+
+    def keep(fig, stem):
+        fig.canvas.draw()
+        figures.append(fig)
+        return []
+
+    monkeypatch.setattr(plan_report, "save_figure", keep)
+    yield figures
+    for fig in figures:
+        plt.close(fig)
+
+
+def _plan(**options):
+    from sim.planner import plan_request_from_dict, plan_search
+
+    spec = {"workload": {"model": "gpt2_small", "batch_size": 8}, "cluster": {"gpus": 16, "gpus_per_node": 8,
+            "gpu": "a100", "intra_link": "nvlink3", "inter_link": "ib_hdr"},
+            "plan": {"backends": ["nccl"], "collectives": ["auto"], "codecs": ["none"], "bucket_mib": [25],
+                     "schedules": ["1f1b"], **options}}
+    return plan_search(plan_request_from_dict(spec))
+
+
+def _tick_labels_overlap(fig, axis) -> list:
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in axis.get_ticklabels() if t.get_text() and t.get_visible()]
+    return _overlaps(boxes)
+
+
+def _legend_draws_everything(ax):
+    """Every legend entry stands for an artist with data on the axes."""
+    drawn = {artist.get_label() for artist in [*ax.get_lines(), *ax.collections]
+             if (len(getattr(artist, "get_xdata", lambda: [1])()) if hasattr(artist, "get_xdata")
+                 else len(artist.get_offsets()))}
+    return {t.get_text() for t in ax.get_legend().get_texts()} <= drawn
+
+
+def test_a_plan_at_one_gpu_count_draws_time_against_memory(plan_figures):
+    """One GPU count made the GPU front a vertical strip and GPU-hours proportional to hours:
+    that plot says nothing, so it is time against memory per GPU instead."""
+    from experiments.plan_report import draw_pareto
+
+    result = _plan()
+    draw_pareto(result, None)
+    (fig,) = plan_figures
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert ax.get_xlabel().startswith("memory per GPU (GiB)")
+    assert "one GPU count" in ax.get_title()
+    assert _legend_draws_everything(ax)
+    front = [line for line in ax.get_lines() if line.get_label().startswith("Pareto front")][0]
+    xs, ys = list(front.get_xdata()), list(front.get_ydata())
+    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)  # more memory buys less time along the front
+    labels = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts if t.get_text()]
+    assert labels and _overlaps(labels) == []
+
+
+def test_a_plan_over_gpu_counts_has_readable_ticks_and_two_fronts(plan_figures):
+    from experiments.plan_report import draw_pareto
+
+    result = _plan(max_gpus=64)
+    draw_pareto(result, None)
+    (fig,) = plan_figures
+    left, right = fig.axes
+    for axis in (left.xaxis, left.yaxis, right.xaxis, right.yaxis):
+        assert _tick_labels_overlap(fig, axis) == [], axis
+    assert all("^" not in t.get_text() and "times" not in t.get_text() for t in right.xaxis.get_ticklabels())
+    assert _legend_draws_everything(left) and _legend_draws_everything(right)
+    for ax in (left, right):
+        labels = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts if t.get_text()]
+        assert _overlaps(labels) == []

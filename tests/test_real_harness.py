@@ -53,7 +53,14 @@ def test_row_has_the_simulated_columns(dp_run):
     assert sim_row_keys <= set(row)
     assert row["iteration_time_s"] > 0 and row["compute_time_s"] > 0
     assert row["iteration_time_iqr_s"] >= 0
-    assert math.isclose(row["exposed_comm_time_s"], row["iteration_time_s"] - row["compute_time_s"])
+    diff = row["iteration_time_s"] - row["compute_time_s"]
+    assert math.isclose(row["exposed_comm_measured_s"], diff)
+    if diff >= 0:
+        assert math.isclose(row["exposed_comm_time_s"], diff)
+    elif row["exposed_comm_below_noise"]:
+        assert row["exposed_comm_time_s"] == 0.0  # never a negative time
+    else:
+        assert math.isnan(row["exposed_comm_time_s"])
     assert math.isclose(row["throughput_samples_per_s"], 2 * 32 / row["iteration_time_s"])
     assert len(raw["ranks"][0]["iteration"]) == STEPS - 1  # warm-up excluded
 
@@ -261,3 +268,28 @@ def test_in_situ_collectives_time_the_collective_not_the_compute_before_it():
                                  busy_s=0.06)
     assert row["wrong"] == 0 and row["repetitions"] >= 3
     assert 0 < row["time_s"] < 0.03
+
+
+def test_exposed_communication_below_the_noise_is_said_so_never_a_negative_time():
+    """By hand: iterations 10, 12, 14 ms (mean 12, variance 4e-6 s^2), compute 11, 13, 15 ms (mean
+    13): difference -1 ms; noise 2 sqrt(4e-6/3 + 4e-6/3) = 3.27 ms: below the noise, reported 0.
+    Compute 20, 22, 24 ms: -10 ms beyond the noise: not measured (NaN). A busy machine printed
+    'exposed communication -5.68 ms' (issue 29)."""
+    from real.cli import _exposed
+    from real.measure import exposed_communication
+    from sim.units import human_seconds
+
+    def table(out):
+        return _exposed(out, lambda k: human_seconds(out[k]) if out[k] == out[k] else "-")
+
+    within = exposed_communication([0.010, 0.012, 0.014], [0.011, 0.013, 0.015])
+    assert within["exposed_comm_measured_s"] == pytest.approx(-0.001)
+    assert within["exposed_comm_noise_s"] == pytest.approx(2 * math.sqrt(2 * 4e-6 / 3))
+    assert within["exposed_comm_below_noise"] and within["exposed_comm_time_s"] == 0.0
+    assert "below the noise" in table(within) and "~0" in table(within)
+    beyond = exposed_communication([0.010, 0.012, 0.014], [0.020, 0.022, 0.024])
+    assert math.isnan(beyond["exposed_comm_time_s"]) and not beyond["exposed_comm_below_noise"]
+    assert "not measured: compute alone took 10.00 ms longer" in table(beyond)
+    clear = exposed_communication([0.030, 0.031, 0.032], [0.010, 0.011, 0.012])
+    assert clear["exposed_comm_time_s"] == pytest.approx(0.020) and not clear["exposed_comm_below_noise"]
+    assert table(clear).split()[0:2] == ["20.00", "ms"]

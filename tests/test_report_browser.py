@@ -44,6 +44,11 @@ CHECK = """(async () => {
     head: [...table.tHead.rows[0].cells].map(c => c.textContent),
     rows: [...table.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)),
     pre: [...document.querySelectorAll('pre')].map(p => p.textContent),
+    efficiency: (t => t && {caption: t.caption ? t.caption.textContent : '',
+                            head: [...t.tHead.rows[0].cells].map(c => c.textContent),
+                            rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)),
+                            width: t.getBoundingClientRect().width,
+                            box: t.parentElement.getBoundingClientRect().width})(document.querySelector('table#efficiency')),
     pageWidth: document.documentElement.scrollWidth, viewWidth: window.innerWidth,
     tableWidth: table.getBoundingClientRect().width, boxWidth: table.parentElement.getBoundingClientRect().width,
   };
@@ -188,18 +193,20 @@ def test_the_points_table_shows_results_csv(report):
         assert float(cells[6]) == pytest.approx(100 * float(row["scaling_efficiency"]), abs=0.06)
 
 
-def test_the_efficiency_table_shows_results_csv(report):
+def test_the_efficiency_table_is_a_table_of_results_csv(report):
+    """The headline table is an HTML table (it was a pandas text dump in a <pre>): a row per GPU
+    count, a column per series, each cell results.csv's efficiency in %, fitting its box."""
     out, (page, _) = report
-    lines = next(p for p in page["pre"] if "world_size" in p).strip().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("series"))  # under its caption
-    links = lines[start].split()[1:]
-    assert links == ["tcp_10gbe", "ib_edr"] and lines[start + 1].split() == ["world_size"]
+    table = page["efficiency"]
+    assert table is not None and table["caption"].startswith("Scaling efficiency T1 / TN in %")
+    assert table["head"] == ["GPUs", "tcp_10gbe", "ib_edr"]
+    assert not any("world_size" in p for p in page["pre"])
     by_point = {(r["cluster.inter_link"], int(r["world_size"])): float(r["scaling_efficiency"]) for r in _csv_rows(out)}
-    body = [line.split() for line in lines[start + 2:]]
-    assert [int(cells[0]) for cells in body] == [1, 2, 4, 8, 16, 32]
-    for cells in body:
-        for link, value in zip(links, cells[1:], strict=True):
+    assert [int(cells[0]) for cells in table["rows"]] == [1, 2, 4, 8, 16, 32]
+    for cells in table["rows"]:
+        for link, value in zip(table["head"][1:], cells[1:], strict=True):
             assert float(value) == pytest.approx(100 * by_point[(link, int(cells[0]))], abs=0.06)
+    assert table["width"] <= table["box"] + 1
 
 
 def test_the_check_can_fail_an_outside_fetch_and_a_broken_image_are_seen(tmp_path):

@@ -92,3 +92,84 @@ def test_the_command_prints_and_writes(tmp_path, capsys):
     out = tmp_path / "s.json"
     assert main(["schema", "scenario", "-o", str(out)]) == 0
     assert json.loads(out.read_text())["required"] == ["workload"]
+
+
+def _properties(schema, path=""):
+    """Every (path, property schema) of every object in ``schema``, $defs included."""
+    if isinstance(schema, dict):
+        for key, value in (schema.get("properties") or {}).items():
+            yield f"{path}.{key}", value
+            yield from _properties(value, f"{path}.{key}")
+        for key, value in schema.items():
+            if key != "properties":
+                yield from _properties(value, f"{path}/{key}")
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            yield from _properties(value, f"{path}[{i}]")
+
+
+@pytest.mark.parametrize("make", [scenario_schema, experiment_schema])
+def test_every_field_has_a_description(make):
+    """Editors show a key's description as its hover text; none had one. Every property of the
+    sections and of the experiment's own keys is described (the conditional name enums inside
+    if/else repeat a property to narrow it and carry no text of their own)."""
+    schema = make()
+    described = [(path, prop) for path, prop in _properties(schema) if "/if" not in path and "/else" not in path
+                 and "/then" not in path]
+    missing = [path for path, prop in described if not prop.get("description")]
+    assert missing == []
+    from sim.schema_docs import attribute_docs
+    from sim.strategy import Strategy
+
+    bucket = schema["$defs"]["strategy"]["properties"]["bucket_mib"]["description"]
+    assert bucket == attribute_docs(Strategy)["bucket_bytes"] + " In MiB, or a size (512K, 25M)."  # the field's docstring
+
+
+NAMES = [({"workload": "resnet5"}, "a model not in the zoo"),
+         ({"workload": {"model": "resnet50"}, "cluster": {"gpu": "v1000"}}, "a GPU not in the catalog"),
+         ({"workload": "mlp", "cluster": {"inter_link": "ib_edrr"}}, "a link not in the catalog"),
+         ({"workload": "mlp", "heterogeneity": {"mixed_gpus": {"k8o": 2}}}, "a mixed GPU type not in the catalog")]
+
+
+@pytest.mark.parametrize(("doc", "why"), NAMES)
+def test_model_gpu_and_link_names_are_enums(doc, why):
+    errors = list(_validator(scenario_schema()).iter_errors(doc))
+    assert errors, why
+    with pytest.raises(ConfigError):
+        scenario_from_dict(doc)
+
+
+def test_every_name_the_schema_lists_the_loader_accepts():
+    from sim.schema import builtin_names
+
+    names = builtin_names()
+    validator = _validator(scenario_schema())
+    for model in names["model"]:
+        if model != "decoder":  # it needs an architecture
+            assert not list(validator.iter_errors({"workload": model}))
+    for gpu in names["gpu"]:
+        doc = {"workload": "mlp", "cluster": {"gpu": gpu}}
+        assert not list(validator.iter_errors(doc))
+        scenario_from_dict(doc)
+    for link in names["link"]:
+        assert not list(validator.iter_errors({"workload": "mlp", "cluster": {"inter_link": link}}))
+
+
+def test_names_of_a_files_own_catalog_and_its_own_table_are_allowed():
+    validator = _validator(experiment_schema())
+    doc = {"name": "x", "workload": {"model": "my_net", "layers_file": "layers.csv"},
+           "cluster": {"gpu": "my_gpu", "inter_link": "wan"},
+           "catalog": {"gpus": {"my_gpu": {"base": "v100"}}, "links": {"wan": {"base": "tcp_10gbe"}}},
+           "sweep": {"cluster.inter_link": ["wan", "ib_edr"]}}
+    assert list(validator.iter_errors(doc)) == []
+    no_catalog = {k: v for k, v in doc.items() if k != "catalog"}
+    assert {e.validator for e in validator.iter_errors(no_catalog)} >= {"enum"}
+    assert list(validator.iter_errors({**no_catalog, "sweep": {"cluster.inter_link": ["wann"]}}))
+
+
+def test_sizes_are_valid_where_the_loader_takes_them():
+    doc = {"workload": "mlp", "strategy": {"bucket_mib": "512K"},
+           "catalog": {"links": {"jumbo": {"base": "tcp_10gbe", "mtu_bytes": "9K"}}}}
+    assert list(_validator(scenario_schema()).iter_errors(doc)) == []
+    scenario_from_dict(doc)
+    assert list(_validator(scenario_schema()).iter_errors({**doc, "strategy": {"bucket_mib": "lots"}}))

@@ -119,3 +119,70 @@ def test_plot_timeline_refuses_what_is_not_a_timeline(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--timeline" in err[0]
     assert not (tmp_path / "x.png").exists()
+
+
+def _kineto_doc():
+    """A torch.profiler trace as Kineto writes it (torch 2.13.0, read off one here): integer pid and
+    tid for the CPU thread, 'Spans' / 'PyTorch Profiler' beside them, absolute microseconds, python
+    frames, two ProfilerStep ranges; a GPU stream's kernel linked by External id."""
+    t0, pid, tid = 4838179938054.0, 29585, 29585
+    op = {"ph": "X", "pid": pid, "tid": tid, "cat": "cpu_op"}
+    events = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": "python"}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": "thread 29585 (python)"}},
+        {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
+         "ts": t0 - 500, "dur": 10_000},
+        {"ph": "i", "s": "g", "name": "Record Window End", "pid": "", "tid": "", "ts": t0 + 9000},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": pid, "tid": tid, "ts": t0, "dur": 1000},
+        {**op, "name": "aten::linear", "ts": t0 + 10, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": pid, "tid": tid, "ts": t0 + 2000,
+         "dur": 1000},
+        {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": pid, "tid": tid,
+         "ts": t0 + 2005, "dur": 200},
+        {**op, "name": "aten::linear", "ts": t0 + 2010, "dur": 150, "args": {"External id": 7, "Sequence number": 3}},
+        {**op, "name": "aten::t", "ts": t0 + 2012, "dur": 5},  # inside aten::linear: not drawn
+        {**op, "name": "aten::cross_entropy_loss", "ts": t0 + 2200, "dur": 50},
+        {**op, "name": "autograd::engine::evaluate_function: AddmmBackward0", "ts": t0 + 2300, "dur": 300},
+        {**op, "name": "gloo:all_reduce", "ts": t0 + 2620, "dur": 200},
+        {"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": pid, "tid": tid,
+         "ts": t0 + 2850, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "sgemm_kernel", "pid": 0, "tid": "stream 7", "ts": t0 + 2050, "dur": 80,
+         "args": {"External id": 7}},
+    ]
+    return {"schemaVersion": 1, "traceName": "step.json", "traceEvents": events}
+
+
+def test_a_torch_profiler_trace_is_one_iteration_of_phases():
+    """The last profiler step (ProfilerStep#1, 1,000 us from t0 + 2,000), its top-level ops and
+    kernels from its start, each with its phase by torch's names; ids become small integers."""
+    from real.kineto import is_profiler_trace, profiler_timeline
+
+    doc = _kineto_doc()
+    assert is_profiler_trace(doc)
+    timeline = profiler_timeline(doc, "step.json")
+    assert timeline["otherData"]["iteration_time_s"] == pytest.approx(1000e-6)
+    assert "ProfilerStep#1 (the last of 2" in timeline["otherData"]["title"]
+    spans = sorted(((e["name"], e["ts"], e["dur"], e["args"]["phase"]) for e in _x(timeline)), key=lambda s: s[1])
+    assert spans == [
+        ("aten::linear", pytest.approx(10), 150, "forward"),
+        ("sgemm_kernel", pytest.approx(50), 80, "forward"),  # its op's phase, through the External id
+        ("aten::cross_entropy_loss", pytest.approx(200), 50, "forward"),
+        ("autograd::engine::evaluate_function: AddmmBackward0", pytest.approx(300), 300, "backward"),
+        ("gloo:all_reduce", pytest.approx(620), 200, "gradient allreduce"),
+        ("Optimizer.step#SGD.step", pytest.approx(850), 100, "optimizer step"),
+    ]
+    assert all(isinstance(e["pid"], int) and isinstance(e["tid"], int) for e in timeline["traceEvents"])
+    assert not is_profiler_trace(_trace({"workload": {"model": "mlp"}, "cluster": {"gpus": 2}})[0])
+
+
+def test_plot_timeline_draws_a_simulated_and_a_profiler_trace_together(tmp_path):
+    """Kineto's mixed integer and string ids made the plot fail (TypeError sorting them)."""
+    sim = tmp_path / "sim.json"
+    kineto = tmp_path / "kineto.json"
+    kineto.write_text(json.dumps(_kineto_doc()))
+    assert main(["simulate", "--model", "mlp", "--gpus", "2", "--gpus-per-node", "2", "--trace", str(sim)]) == 0
+    out = tmp_path / "both.png"
+    assert main(["plot", "--timeline", str(sim), str(kineto), "-o", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    svg = out.with_suffix(".svg").read_text()
+    assert "ProfilerStep#1" in svg and "backward" in svg and "gradient allreduce" in svg

@@ -303,3 +303,30 @@ def test_the_cli_says_it_in_one_line_and_exits_2(tmp_path):
     out = subprocess.run([sys.executable, "-m", "scalebench", "simulate", str(config)], capture_output=True, text=True)
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "cables[0].b" in out.stderr and "spin0" in out.stderr
+
+
+def test_link_utilisation_is_bytes_over_capacity_times_the_iteration():
+    """By hand: 100 Gb/s is 12.5 GB/s; over a 1 s iteration 2.5 GB is 20 % of it, whether the link
+    was busy 0.2 s (at its full rate) or 0.8 s (at a quarter); the busy share says the latter."""
+    from sim.result import IterationResult, LinkStat
+
+    fast = LinkStat("a", "nic", 12.5e9, 2.5e9, 0.2)
+    slow = LinkStat("b", "nic", 12.5e9, 2.5e9, 0.8)
+    full = LinkStat("c", "nic", 12.5e9, 10e9, 0.8)
+    assert fast.utilisation(1.0) == slow.utilisation(1.0) == pytest.approx(0.2)
+    assert (fast.busy_share(1.0), slow.busy_share(1.0)) == (pytest.approx(0.2), pytest.approx(0.8))
+    result = IterationResult.__new__(IterationResult)
+    object.__setattr__(result, "links", (slow, fast, full))
+    assert [s.name for s in result.hottest_links(3)] == ["c", "b", "a"]  # the most carried first; ties: busy longer
+
+
+def test_no_link_carries_more_than_its_capacity_while_busy():
+    """bytes <= capacity x busy time on every link of a detailed run: utilisation <= busy share <= 1."""
+    from sim.config import scenario_from_dict
+    from sim.simulate import simulate
+
+    s = scenario_from_dict({"workload": "resnet50", "cluster": {"gpus": 32, "gpus_per_node": 4, "topology": "fat_tree"},
+                            "simulation": {"fidelity": "detailed"}})
+    result = simulate(s)
+    for link in result.links:
+        assert link.utilisation(result.iteration_time_s) <= link.busy_share(result.iteration_time_s) * (1 + 1e-9) <= 1 + 1e-9

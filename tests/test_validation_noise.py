@@ -264,5 +264,15 @@ def test_the_command_exits_with_the_verdict_and_says_why(tmp_path, cal_busy, poi
         cache[p.id] = {"status": "measured", "row": rows[0], "rounds": rows}
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "measured.json").write_text(json.dumps(cache))
+    (tmp_path / "out" / "summary.md").write_text("the record's own summary")
+    before = {f: f.read_bytes() for f in tmp_path.rglob("*") if f.is_file()}
     assert main(["validate", "--config", str(path), "--replay"]) == status
-    assert verdict in (tmp_path / "out" / "summary.md").read_text()
+    # a replay leaves the record as measured and writes its report apart (never committed), with
+    # no absolute path of this machine in it
+    assert {f: f.read_bytes() for f in before} == before
+    written = sorted(f.relative_to(tmp_path).as_posix() for f in tmp_path.rglob("*") if f.is_file() and f not in before)
+    assert written and all(f.startswith("out/replay/") for f in written), written
+    assert verdict in (tmp_path / "out" / "replay" / "summary.md").read_text()
+    for f in written:
+        if f.endswith((".md", ".csv")):
+            assert str(tmp_path) not in (tmp_path / f).read_text(), f

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,13 +233,38 @@ def network_all(cfg: ValidationConfig, cal, *, remeasure: bool, progress=print) 
     return [held_out_row(cal, catalog, r) for r in cached]  # predictions follow the current model
 
 
+REPLAY_DIR = "replay"
+"""Where a replay writes its report, under the record's directory: the record it predicts (a
+committed one, results/validation/) stays as measured, and the directory is never committed."""
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    """What ``run_validation`` found: the exit status and its verdict, the text summary, the
+    directory the report went to, and the rows behind them (for ``--format json|csv``)."""
+
+    exit_status: int
+    text: str
+    report_dir: Path
+    verdict: str
+    reasons: tuple[str, ...]
+    points: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    network: list[dict[str, Any]]
+    network_summary: list[dict[str, Any]]
+
+
 def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasure: bool = False,
-                   replay: bool = False, progress=print) -> tuple[int, str]:
-    """Run everything; return (exit status, the text summary): 0 PASS, 1 FAIL, 3 INCONCLUSIVE
-    (validation/noise.py). What is measured follows the record in ``cfg.out`` (validation/record.py):
-    a complete record is replayed, an incomplete one of this machine resumed, any other started
-    anew; ``replay`` measures nothing and refuses an incomplete record (ConfigError)."""
+                   replay: bool = False, progress=print) -> ValidationRun:
+    """Run everything; return the exit status, the text summary, the directory of the report:
+    0 PASS, 1 FAIL, 3 INCONCLUSIVE (validation/noise.py). What is measured follows the record in
+    ``cfg.out`` (validation/record.py): a complete record is replayed, an incomplete one of this
+    machine resumed, any other started anew; ``replay`` measures nothing and refuses an
+    incomplete record (ConfigError). A run that measured writes its report beside its record in
+    ``cfg.out``; a replay (measuring nothing) writes it to ``cfg.out/replay/`` and leaves the
+    record's files as they were. Paths in the report are relative (sim.fileio.portable_path)."""
     from real.calibrated_links import calibrated_catalog
+    from sim.fileio import portable_path
     from validation import record
     from validation.calib import ensure_calibration
     from validation.compare import compare, load_text
@@ -256,7 +282,7 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
                           "lacks " + ("; ".join(missing) if missing else "nothing, but --recalibrate/--remeasure "
                                       "measure") + "): run validate without --replay to measure")
     if not (recalibrate or remeasure) and not missing:
-        note = f"Replayed: the record in {cfg.out} (measured on {record.describe(mine)}) was predicted anew; " \
+        note = f"Replayed: the record in {portable_path(cfg.out)} (measured on {record.describe(mine)}) was predicted anew; " \
                "nothing was measured (--recalibrate --remeasure measure this machine).\n\n"
         progress(f"the record in {cfg.out} is complete: predicting it anew, measuring nothing")
     elif not (recalibrate or remeasure) and not (record.same_machine(mine) and record.same_machine(record.read(cal_dir))):
@@ -265,6 +291,7 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
                      f"{record.describe(mine)}, not this machine: calibrating and measuring this machine anew")
         recalibrate = remeasure = True
     measuring = not note
+    report_dir = cfg.out if measuring else cfg.out / REPLAY_DIR
     cal = ensure_calibration(cal_dir, cfg.calibration, recalibrate=recalibrate, progress=progress,
                              busy_percent=cfg.busy_percent if measuring else None)
     catalog = calibrated_catalog(cal)
@@ -285,7 +312,7 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
                       min_points=cfg.min_points, calibration_noise=cal_noise)
     net_stats = summarize(network, ("collective", "link", "ranks"))
     skipped = [r for r in rows if r["status"] != "measured"]
-    text = (f"# Validation: {cfg.name}\n\n{note}Config: {cfg.path}; calibration: {cal.path} "
+    text = (f"# Validation: {cfg.name}\n\n{note}Config: {portable_path(cfg.path)}; calibration: {portable_path(cal.path)} "
             f"(compute from per-layer profiles, network from collective microbenchmarks; no point's own "
             f"measurement is used to predict it)"
             + (f"; the whole compute-only steps from the median of {len(step_rounds)} launches, one before each "
@@ -305,9 +332,10 @@ def run_validation(cfg: ValidationConfig, *, recalibrate: bool = False, remeasur
     net_text = ""
     if network:
         net_text = ("\n## Network model alone (held-out microbenchmark sizes)\n\n" + format_table(net_stats))
-    write_outputs(cfg.out, rows, [s.as_row() for s in stats], text, network, net_text, cfg.name)
+    write_outputs(report_dir, rows, [s.as_row() for s in stats], text, network, net_text, cfg.name)
     if network:
         from real.results import write_rows
 
-        write_rows(cfg.out / "network_summary.csv", [s.as_row() for s in net_stats])
-    return decision.exit_status, text + net_text
+        write_rows(report_dir / "network_summary.csv", [s.as_row() for s in net_stats])
+    return ValidationRun(decision.exit_status, text + net_text, report_dir, decision.status, tuple(decision.reasons),
+                         rows, [s.as_row() for s in stats], network, [s.as_row() for s in net_stats])

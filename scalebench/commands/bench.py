@@ -171,9 +171,8 @@ def _bench_plan(args: argparse.Namespace) -> dict:
     plan_request_from_dict(spec, names={"model": "--plan-model", "gpus": "--plan-gpus", "global_batch": "--plan-global-batch"})
     runs = []
     for _ in range(args.plan_repeats):
-        out = subprocess.run([sys.executable, "-m", "scalebench.commands.bench", "--plan", json.dumps(spec),
-                              args.plan_flush], capture_output=True, text=True, check=True)
-        runs.append(json.loads(out.stdout))
+        runs.append(_timed([sys.executable, "-m", "scalebench.commands.bench", "--plan", json.dumps(spec), args.plan_flush],
+                           f"plan search {args.plan_model}"))
     wall = statistics.median(r["wall_s"] for r in runs)
     return {"runs": runs, "wall_s_median": wall, "wall_s_min": min(r["wall_s"] for r in runs),
             "wall_s_max": max(r["wall_s"] for r in runs), "cpu_s_median": statistics.median(r["cpu_s"] for r in runs),
@@ -258,19 +257,46 @@ def _checked(spec: dict, iterations: int | None = None, flags: dict[str, str] | 
         raise ConfigError(flag, err.value, err.allowed) from None
 
 
-def _timed(cmd: list[str]) -> dict:
+_BARS: list = []
+"""The progress bar of the bench under way (scalebench/log.py): every timed run advances it."""
+
+
+def _timed(cmd: list[str], what: str = "") -> dict:
+    bar = _BARS[-1] if _BARS else None
+    if bar is not None:
+        bar.set_postfix_str(what, refresh=True)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         lines = out.stderr.strip().splitlines()
         raise _TimedRunFailed(f"a timed run exited with status {out.returncode}: {lines[-1] if lines else 'no message'}")
+    if bar is not None:
+        bar.update(1)
+    from scalebench import log
+
+    log.get("bench").debug(f"{what}: {out.stdout.strip()}")
     return json.loads(out.stdout)
+
+
+def _with_bar(total: int, body):
+    """Run ``body()`` with a progress bar over ``total`` timed runs on stderr (hidden with -q)."""
+    from scalebench import log
+
+    bar = log.progress_bar(total, "bench", "run")
+    _BARS.append(bar)
+    try:
+        return body()
+    finally:
+        _BARS.pop()
+        bar.close()
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except _TimedRunFailed as err:
-        print(f"scalebench bench: error: {err}", file=sys.stderr)
+        from scalebench import log
+
+        log.get("bench").error(f"error: {err}")
         return 1
 
 
@@ -279,7 +305,8 @@ def _run(args: argparse.Namespace) -> int:
 
     require_positive("--repeats", args.repeats, integer=True)
     if args.fidelity == "detailed":
-        return _run_detailed(args)
+        runs = len(args.gpus or DETAILED_GPUS) * args.repeats
+        return _with_bar(runs, lambda: _run_detailed(args))
     if args.fabric is not None:
         from sim.errors import ConfigError
 
@@ -291,9 +318,15 @@ def _run(args: argparse.Namespace) -> int:
         specs.append((gpus, spec))
     if args.async_workers:
         _bench_async_spec(args)
+    total = (len(specs) + (1 if args.async_workers else 0)) * args.repeats + max(0, args.plan_repeats)
+    return _with_bar(total, lambda: _timed_rows(args, specs))
+
+
+def _timed_rows(args: argparse.Namespace, specs: list) -> int:
     rows = []
     for gpus, spec in specs:
-        runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)]) for _ in range(args.repeats)]
+        runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)], f"{gpus} GPUs")
+                for _ in range(args.repeats)]
         rows.append({
             "gpus": gpus,
             "wall_s_median": statistics.median(r["wall_s"] for r in runs),
@@ -361,7 +394,8 @@ def _run_detailed(args: argparse.Namespace) -> int:
         specs.append(("pipeline", gpus, spec))
     rows: list[dict] = []
     for case, gpus, spec in specs:
-        runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)]) for _ in range(args.repeats)]
+        runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec)], f"{gpus} GPUs, {case}, detailed")
+                for _ in range(args.repeats)]
         wall = statistics.median(r["wall_s"] for r in runs)
         growth = float("nan")
         before = [r for r in rows if r["case"] == case]
@@ -437,8 +471,8 @@ def _bench_async_spec(args: argparse.Namespace) -> dict:
 
 def _bench_async(args: argparse.Namespace) -> dict:
     spec = _bench_async_spec(args)
-    runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec), str(args.async_iterations)])
-            for _ in range(args.repeats)]
+    runs = [_timed([sys.executable, "-m", "scalebench.commands.bench", json.dumps(spec), str(args.async_iterations)],
+                   f"asynchronous PS, {args.async_workers} workers") for _ in range(args.repeats)]
     return {
         "workers": args.async_workers, "iterations": args.async_iterations,
         "wall_s_median": statistics.median(r["wall_s"] for r in runs),

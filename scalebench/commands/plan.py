@@ -98,6 +98,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="re-simulate the best K in detailed mode and say whether the ranking holds")
     out.add_argument("--out", help="directory for candidates.csv, pareto.png/svg, winner.yaml "
                      "(default results/plan/<model>-<gpus>x<gpu>)")
+    out.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                     help="table (default, for people), json (the request, the search, the top candidates, the "
+                          "winner and why, one object) or csv (the top candidates' rows) on stdout; progress on stderr")
 
 
 def _typed(flag: str, kind):
@@ -172,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         raise _named(err) from None
     from scalebench.commands.plan_text import render_plan
 
-    return render_plan(request, args.verify, Path(args.out) if args.out else None)
+    return render_plan(request, args.verify, Path(args.out) if args.out else None, args.format)
 
 
 def _request(args: argparse.Namespace):

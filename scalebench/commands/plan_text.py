@@ -4,6 +4,7 @@ verification, and the files (experiments/plan_report.py)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -165,42 +166,111 @@ def memory_lines(result: PlanResult) -> list[str]:
             f"{human_bytes(limit)} ({100 * worst.total_bytes / limit:.0f} %)"]
 
 
-def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None) -> int:
-    from experiments.plan_report import draw_pareto, write_candidates_csv, write_winner
-    from sim.fileio import check_writable
+def _search(request: PlanRequest) -> PlanResult:
+    """plan_search with a progress bar over the candidates on stderr (scalebench/log.py)."""
+    from scalebench import log
     from sim.planner import plan_search
+
+    bar = log.progress_bar(None, "plan: simulating", "candidate")
+
+    def advance(done: int, total: int) -> None:
+        if bar.total != total:
+            bar.total = total
+            bar.refresh()
+        bar.update(done - bar.n)
+
+    try:
+        return plan_search(request, progress=advance)
+    finally:
+        bar.close()
+
+
+def render_plan(request: PlanRequest, verify_k: int, out_dir: Path | None, fmt: str = "table") -> int:
+    """The plan: for people (``table``: the search, the top, why, the check), or as ``json`` (one
+    object) or ``csv`` (the top candidates' rows, candidates.csv's columns) on stdout with the
+    progress and the files named on stderr. The files are written either way."""
+    from experiments.plan_report import draw_pareto, write_candidates_csv, write_winner
+    from scalebench import log
+    from sim.fileio import check_writable
     from sim.planner.explain import structure_sentence, why
     from sim.planner.verify import confirm, verify
 
     out = check_writable("--out", out_dir or default_out(request), directory=True)  # before the search
-    print("\n".join(header(request)), flush=True)
-    result = plan_search(request)
-    print("\n".join(summary(result)))
-    print()
-    print("\n".join(top_table(result)))
-    print("  (compute: forward + backward + optimizer of the busiest stage, without its recomputation, TP collectives "
-          "and CP/EP/ZeRO-3 communication (ring attention's sends, all-to-alls, ZeRO-3 gathers not hidden); overlap: what "
-          "collectives beside it took from it; waiting: for the slowest GPU; codec time is inside communication; MFU: "
-          "model FLOPs per second over the GPUs' peak (PaLM's 6N + 12LHQT per token), w/ rc: the recomputed forward "
-          "counted too (Narayanan et al.'s achieved FLOP/s))")
-    print("\n".join(memory_lines(result)))
-    print()
-    print("\n".join(structure_lines(result)))
-    print(f"\nwhy: {structure_sentence(result)}")
-    print(f"closest: {why(result)}")
+    logger = log.get("plan")
+    say = print if fmt == "table" else logger.info
+    say("\n".join(header(request)).removeprefix("" if fmt == "table" else "scalebench plan: "))
+    sys.stdout.flush()
+    result = _search(request)
+    say("\n".join(summary(result)))
+    if fmt == "table":
+        print()
+        print("\n".join(top_table(result)))
+        print("  (compute: forward + backward + optimizer of the busiest stage, without its recomputation, TP collectives "
+              "and CP/EP/ZeRO-3 communication (ring attention's sends, all-to-alls, ZeRO-3 gathers not hidden); overlap: "
+              "what collectives beside it took from it; waiting: for the slowest GPU; codec time is inside "
+              "communication; MFU: model FLOPs per second over the GPUs' peak (PaLM's 6N + 12LHQT per token), w/ rc: the "
+              "recomputed forward counted too (Narayanan et al.'s achieved FLOP/s))")
+    say("\n".join(memory_lines(result)))
+    if fmt == "table":
+        print()
+        print("\n".join(structure_lines(result)))
+        print(f"\nwhy: {structure_sentence(result)}")
+        print(f"closest: {why(result)}")
     start = time.perf_counter()
     confirmed = confirm(result, request.top)
-    print(f"checked: simulate() of the top {len(confirmed)} gives the planner's figures "
-          f"({time.perf_counter() - start:.1f} s)")
-    if verify_k:
+    say(f"checked: simulate() of the top {len(confirmed)} gives the planner's figures "
+        f"({time.perf_counter() - start:.1f} s)")
+    verification = verify(result, verify_k) if verify_k else None
+    if verification is not None and fmt == "table":
         print()
-        print("\n".join(verification_lines(verify(result, verify_k))))
+        print("\n".join(verification_lines(verification)))
     csv_path, rows = write_candidates_csv(result, out / "candidates.csv")
     plots = draw_pareto(result, out / "pareto")
     winner = write_winner(result, out / "winner.yaml")
-    print(f"\nwrote {csv_path} ({rows:,} rows), {', '.join(str(p) for p in plots)}, {winner}")
-    print(f"reproduce the winner: scalebench simulate {winner}")
+    files = f"{csv_path} ({rows:,} rows), {', '.join(str(p) for p in plots)}, {winner}"
+    if fmt == "table":
+        print(f"\nwrote {files}")
+        print(f"reproduce the winner: scalebench simulate {winner}")
+        return 0
+    logger.info(f"wrote {files}")
+    sys.stdout.write(machine_output(result, structure_sentence(result), why(result), verification, fmt,
+                                    {"candidates_csv": str(csv_path), "pareto": [str(p) for p in plots],
+                                     "winner_yaml": str(winner)}))
     return 0
+
+
+def machine_output(result: PlanResult, reason: str, closest: str, verification, fmt: str, files: dict) -> str:
+    """``--format json``: the request, the search's counts, the top candidates (candidates.csv's
+    columns), the winner, why it wins (its structure; the closest rival), the detailed check and the files, as one strict JSON
+    object; ``--format csv``: the top candidates' rows."""
+    from experiments.plan_report import candidate_rows
+    from sim.fileio import format_rows, json_text
+
+    top = [r for r in candidate_rows(result) if r.get("rank") and int(r["rank"]) <= result.request.top]
+    if fmt == "csv":
+        return format_rows(top, "csv")
+    request, w, c = result.request, result.request.workload, result.request.cluster
+    doc = {
+        "request": {"model": w.name, "parameters": w.param_count, "optimizer": w.optimizer, "gpu": c.gpu.name,
+                    "gpus_per_node": c.gpus_per_node, "intra_link": c.intra_link.name, "inter_link": c.inter_link.name,
+                    "nics_per_node": c.nics_per_node, "gpu_counts": list(request.gpu_counts),
+                    "precision": request.precision, "global_batch": request.global_batch,
+                    "batch_per_replica": None if request.global_batch else w.batch_size,
+                    "memory_limit_bytes": request.memory_limit_bytes, "objective": request.objective},
+        "search": {"enumerated": result.enumerated, "simulated": result.simulated, "wall_s": result.wall_s,
+                   "simulations": result.simulations, "removed": dict(result.removed)},
+        "top": top,
+        "winner": top[0],
+        "why": reason,
+        "closest": closest,
+        "verify": None if verification is None else {
+            "holds": verification.holds, "summary": verification.summary,
+            "rows": [{"rank": v.rank, "fast_s": v.fast_s, "detailed_s": v.detailed_s, "reason": v.reason,
+                      "candidate": v.candidate.label()} for v in verification.rows]},
+        "files": files,
+        "reproduce": f"scalebench simulate {files['winner_yaml']}",
+    }
+    return json_text(doc) + "\n"
 
 
 def verification_lines(v) -> list[str]:

@@ -18,7 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baselines", metavar="DIR",
                         help="baseline CSVs, one per scenario (default: the package's, experiments/baselines/)")
     parser.add_argument("--update", action="store_true", help="rewrite the baselines from this run")
-    parser.add_argument("--quiet", action="store_true", help="print only the points that are not OK")
 
 
 def run(args: argparse.Namespace) -> int:

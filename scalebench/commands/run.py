@@ -76,11 +76,29 @@ def default_config_path():
     return resources.files("experiments").joinpath("quickstart.yaml")
 
 
+def dry_run_text(experiment, out_dir, *, force: bool) -> str:
+    """--dry-run: every point the run would compute or reuse (its id, source, repetition and the
+    axis values that chose it), then each skipped combination with its reason, then the counts
+    the run itself would print; nothing is computed or written."""
+    from experiments.runner import axes_text, dry_run
+
+    planned, skipped = dry_run(experiment, out_dir, force=force)
+    reps = experiment.repetitions > 1
+    lines = [f"{'compute' if not p.done else 'reuse':<8} {p.point_id}  {p.point.source:<4} "
+             + (f"rep {p.point.repetition}  " if reps else "") + (axes_text(p.point.axes) or "(no swept axis)")
+             for p in planned]
+    lines += [f"skip     {axes_text(s.axes)}: {s.reason}" for s in skipped]
+    done = sum(p.done for p in planned)
+    lines.append(f"{experiment.name}: {len(planned)} points ({done} already done, {len(planned) - done} to run, "
+                 f"{len(skipped)} invalid combinations skipped) -> {out_dir}; dry run: nothing computed or written")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from experiments.config import load_experiment
-    from experiments.runner import plan, run_experiment
+    from experiments.runner import run_experiment
     from experiments.tables import efficiency_table
     from sim.errors import require_positive
     from sim.fileio import check_writable
@@ -93,13 +111,12 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.results) / experiment.name
     check_writable("--results", out_dir, directory=True)
     if args.dry_run:
-        points, skipped = plan(experiment)
-        for s in skipped:
-            print(f"skipped {', '.join(f'{k}={v}' for k, v in s.axes.items())}: {s.reason}")
-        print(f"{experiment.name}: {len(points)} points, {len(skipped)} invalid combinations skipped -> {out_dir}")
+        print(dry_run_text(experiment, out_dir, force=args.force))
         return 0
+    from scalebench import log
+
     summary = run_experiment(experiment, out_dir, jobs=args.jobs, executor=args.executor, address=args.address,
-                             force=args.force, progress=args.progress)
+                             force=args.force, progress=args.progress and log.shows_progress())
     others = f", {summary.by_others} computed by another run" if summary.by_others else ""
     print(f"{summary.rows} rows ({summary.computed} computed, {summary.reused} reused{others}) in {summary.wall_s:.1f} s "
           f"-> {summary.out_dir / 'results.csv'}")

@@ -107,10 +107,12 @@ def links_table(result, scenario, count: int = 5) -> str:
 
     topology = scenario.cluster.topology
     where = topology.fabric.description if topology is not None else "one switch"
-    lines = [f"\n  network ({where}; {result.flow_engine} flow engine): hottest links"]
+    lines = [f"\n  network ({where}; {result.flow_engine} flow engine): hottest links, by bytes over capacity x iteration",
+             f"    {'link':<32} {'tier':<11} {'carried':>10} {'capacity':>11} {'used':>7} {'busy for':>11} {'(share)':>7}"]
     for s in result.hottest_links(count):
-        lines.append(f"    {s.name:<32} {s.tier:<11} busy {human_seconds(s.busy_s):>11} "
-                     f"{100 * s.utilisation(result.iteration_time_s):5.1f} %  {human_bytes(s.bytes):>10}")
+        lines.append(f"    {s.name:<32} {s.tier:<11} {human_bytes(s.bytes):>10} {s.capacity_Bps * 8 / 1e9:>6.1f} Gb/s "
+                     f"{100 * s.utilisation(result.iteration_time_s):5.1f} % {human_seconds(s.busy_s):>11} "
+                     f"{100 * s.busy_share(result.iteration_time_s):5.1f} %")
     return "\n".join(lines) + "\n"
 
 

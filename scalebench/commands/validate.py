@@ -18,6 +18,23 @@ QUICK_CONFIG = CONFIG_DIR / "validation_quick.yaml"
 
 
 SUITES = ("harness", "devset", "simgrid", "extrapolate")
+FORMATS = ("table", "json", "csv")
+
+
+def _progress(message: str) -> None:
+    """A suite's progress line, on stderr through logging (hidden with -q)."""
+    from scalebench import log
+
+    log.get("validate").info(message)
+
+
+def _emit(doc: dict, rows: list[dict], fmt: str) -> None:
+    """--format json: ``doc`` as one strict JSON object; csv: ``rows`` (one per point)."""
+    import sys
+
+    from sim.fileio import format_rows, json_text
+
+    sys.stdout.write(json_text(doc) + "\n" if fmt == "json" else format_rows(rows, "csv") if rows else "")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure every point again (default: reuse <out>/measured.json, predict anew)")
     parser.add_argument("--replay", action="store_true",
                         help="measure nothing: predict the complete record in <out> anew (exit 2 if incomplete)")
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table (default, for people), json (the verdict, the summary and every point, one "
+                             "object) or csv (one row per point: measured, predicted, error) on stdout; progress "
+                             "goes to stderr (harness, devset and extrapolate suites)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
         if args.suite == "extrapolate":
             return _extrapolate(args)
         return _devset(args)
+    if args.suite == "simgrid" and args.format != "table":
+        raise ConfigError("--format", args.format, "table with --suite simgrid (json and csv: the harness, devset "
+                          "and extrapolate suites)")
     if args.suite == "simgrid":
         for flag, value in {**harness_only, "--data": args.data, "--strict": args.strict,
                             "--tolerate": args.tolerate}.items():
@@ -99,12 +123,18 @@ def run(args: argparse.Namespace) -> int:
     from sim.fileio import check_writable
 
     check_writable("--out" if args.out else f"{path}: out", cfg.out, directory=True)  # before measuring
-    status, text = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure, replay=args.replay,
-                                  progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
-    sys.stdout.write(text)
-    sys.stdout.write(f"\nresults in {cfg.out}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, "
-                     "network.csv)\n")
-    return status
+    done = run_validation(cfg, recalibrate=args.recalibrate, remeasure=args.remeasure, replay=args.replay,
+                          progress=_progress)
+    files = f"results in {done.report_dir}/ (validation.csv, summary.md, validation.png, worst_breakdown.png, network.csv)"
+    if args.format != "table":
+        _progress(files)
+        _emit({"suite": "harness", "verdict": done.verdict, "exit_status": done.exit_status, "reasons": done.reasons,
+               "config": str(path), "report_dir": str(done.report_dir), "summary": done.summary, "points": done.points,
+               "network": done.network, "network_summary": done.network_summary}, done.points, args.format)
+        return done.exit_status
+    sys.stdout.write(done.text)
+    sys.stdout.write(f"\n{files}\n")
+    return done.exit_status
 
 
 def _simgrid(args: argparse.Namespace) -> int:
@@ -118,8 +148,7 @@ def _simgrid(args: argparse.Namespace) -> int:
         print("scalebench: validate --suite simgrid: no python3 that imports simgrid (apt-get install python3-simgrid, "
               "or set SCALEBENCH_SIMGRID_PYTHON)", file=sys.stderr)
         return 2
-    status, text = run_suite(python, all_at_once_hosts=1 << 30 if args.all else ALL_AT_ONCE_HOSTS,
-                             progress=lambda msg: print(f"validate: {msg}", file=sys.stderr, flush=True))
+    status, text = run_suite(python, all_at_once_hosts=1 << 30 if args.all else ALL_AT_ONCE_HOSTS, progress=_progress)
     sys.stdout.write(text)
     return status
 
@@ -138,7 +167,29 @@ def _devset(args: argparse.Namespace) -> int:
             if name not in KNOWN_GAPS:
                 raise ConfigError("--tolerate", name, "a known gap: " + "; ".join(sorted(KNOWN_GAPS)))
         tolerate = set(args.tolerate)
-    preds, summaries = run_devset(Path(args.data) if args.data else None)
+    predictions, summaries = run_devset(Path(args.data) if args.data else None)
+    failing = failing_groups(summaries, args.strict, tolerate)
+    if args.format != "table":
+        from dataclasses import asdict, fields
+
+        from validation.devset_report import tolerated
+        from validation.devset_rows import Prediction
+
+        allowed = tolerated(args.strict, tolerate)
+        # the row's scenario and result are objects, not values: --explain's terms stand for them
+        plain = [f.name for f in fields(Prediction) if f.name not in ("scenario", "result")]
+        rows = [{**{k: getattr(p, k) for k in plain}, "error": p.error(), "naive_error": p.error(p.naive)}
+                for p in predictions]
+        groups = [{**asdict(g), "status": g.status, "tolerated": g.worse_than_floor and g.group in allowed}
+                  for g in summaries]
+        doc = {"suite": "devset", "verdict": "FAIL" if failing else "PASS", "exit_status": 1 if failing else 0,
+               "failing": failing, "groups": groups, "predictions": rows}
+        if args.explain:
+            from validation.devset_explain import explained_rows
+
+            doc["explained"] = explained_rows(predictions)
+        _emit(doc, rows, args.format)
+        return 1 if failing else 0
     sys.stdout.write("The model against public measurements of real GPU clusters (validation/devset/README.md);\n"
                      "errors on the rows the naive floor covers (tc rows with a rate; busbw from 1 MB); efficiency\n"
                      "groups in percentage points, signed median > 0: the model is optimistic:\n\n")
@@ -146,8 +197,8 @@ def _devset(args: argparse.Namespace) -> int:
     if args.explain:
         from validation.devset_explain import explain_report
 
-        sys.stdout.write("\n" + explain_report(preds))
-    return 1 if failing_groups(summaries, args.strict, tolerate) else 0
+        sys.stdout.write("\n" + explain_report(predictions))
+    return 1 if failing else 0
 
 
 def _extrapolate(args: argparse.Namespace) -> int:
@@ -155,8 +206,18 @@ def _extrapolate(args: argparse.Namespace) -> int:
 
     from validation.extrapolate import extrapolate_report, failing_series, run_extrapolate
 
-    results, notes = run_extrapolate(Path(args.data) if args.data else None,
-                                     progress=lambda name: print(f"validate: {name}", file=sys.stderr, flush=True))
+    results, notes = run_extrapolate(Path(args.data) if args.data else None, progress=_progress)
+    if args.format != "table":
+        failing = failing_series(results, args.strict)
+        rows = [{"series": r.series.name, "calibrated_on": " ".join(map(str, r.calibrated_on)), "gpus": p.gpus,
+                 "measured": p.measured, "ours": p.ours, "ernest": p.ernest, "zero_shot": p.zero_shot}
+                for r in results for p in r.points]
+        series = [{"series": r.series.name, "calibrated_on": list(r.calibrated_on),
+                   **{f"median_pp_{w}": r.median_pp(w) for w in ("ours", "ernest", "zero_shot")},
+                   "beats_ernest": r.beats_ernest} for r in results]
+        _emit({"suite": "extrapolate", "verdict": "FAIL" if failing else "PASS", "exit_status": 1 if failing else 0,
+               "failing": failing, "series": series, "notes": list(notes), "points": rows}, rows, args.format)
+        return 1 if failing else 0
     sys.stdout.write("Calibrated on each series' runs up to two nodes, the rest predicted: our model, Ernest (NNLS on\n"
                      "the same runs, m = GPUs) and the zero-shot model (validation/extrapolate.py):\n\n")
     sys.stdout.write(extrapolate_report(results, notes, args.strict))

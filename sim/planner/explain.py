@@ -143,9 +143,17 @@ def why(result: PlanResult) -> str:
     return text + "."
 
 
+PARETO_AXES = {
+    "gpus": lambda c: c.layout.gpus,
+    "gpu_hours": lambda c: c.gpu_s_per_sample,
+    "memory": lambda c: c.memory_bytes,
+}
+"""What a front trades time per sample against: fewer GPUs, less GPU time, less memory per GPU."""
+
+
 def pareto(result: PlanResult, axis: str) -> list[Candidate]:
-    """Candidates no other beats on both time per sample and ``axis`` (gpus or gpu_hours), by ``axis``."""
-    key = (lambda c: c.layout.gpus) if axis == "gpus" else (lambda c: c.gpu_s_per_sample)
+    """Candidates no other beats on both time per sample and ``axis`` (PARETO_AXES), by ``axis``."""
+    key = PARETO_AXES[axis]
     front: list[Candidate] = []
     for c in sorted(result.ranked, key=lambda c: (key(c), c.time_per_sample_s, c.index)):
         if not front or c.time_per_sample_s < front[-1].time_per_sample_s:

@@ -30,7 +30,7 @@ from sim.strategy import (
     Strategy,
     strategy_from_dict,
 )
-from sim.units import GIB
+from sim.units import GIB, require_size
 from sim.workload import Workload, workload_from_dict
 
 OBJECTIVES = ("time", "gpu_hours", "samples_per_s")
@@ -246,7 +246,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
         max_micro = require_positive(name("max_micro_batches"), max_micro, integer=True)
     limit = float(cluster.gpu.memory_bytes)
     if opt("max_memory_gib") is not None:
-        gib = require_positive(name("max_memory_gib"), opt("max_memory_gib"))
+        gib = require_size(name("max_memory_gib"), opt("max_memory_gib"), "GiB")
         if gib * GIB > limit:
             raise ConfigError(name("max_memory_gib"), gib, f"at most the {limit / GIB:g} GiB of a {cluster.gpu.name}")
         limit = float(gib * GIB)
@@ -419,7 +419,7 @@ def _buckets(value: Any, field: str) -> tuple[float, ...]:
         return DEFAULT_BUCKET_MIB
     out = []
     for v in _as_list(value, field):
-        v = require_positive(field, v)
+        v = require_size(field, v, "MiB")
         if v == float("inf"):
             raise ConfigError(field, v, "finite sizes in MiB")
         out.append(float(v))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from bisect import insort
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError
@@ -177,8 +178,15 @@ class PlanResult:
         return out
 
 
-def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune: bool = True) -> PlanResult:
-    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left.
+PROGRESS_STEPS = 200
+"""How often a search reports its progress: about this many times over its candidates."""
+
+
+def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left. ``progress(done,
+    total)`` hears how many of the candidates are done, simulated or bound-pruned (about
+    PROGRESS_STEPS times, and at the end).
 
     Two prunings keep a large-model space (ZeRO stages, recomputation, sequence, context and
     expert parallelism, interleaving) to seconds, neither changing the ranking's head:
@@ -236,11 +244,14 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
     best: list[float] = []  # the best ``keep`` objective values found so far, ascending
     best_at: dict[int, float] = {}
     best_of: dict[str, float] = {}  # per structure (space.family): the explanation compares their bests
+    every = max(1, size // PROGRESS_STEPS)
     for i in order:
         variant, _backend, own = work[i]
         for sync in own:
             c = Candidate(len(candidates), variant, sync)
             candidates.append(c)
+            if progress is not None and len(candidates) % every == 0:
+                progress(len(candidates), size)
             structure = family(variant)
             if (prune and len(best) >= keep and bounds[i] > best[-1] and bounds[i] > best_at.get(variant.gpus, float("inf"))
                     and bounds[i] > best_of.get(structure, float("inf"))):
@@ -259,6 +270,8 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
             if len(best) < keep or value < best[-1]:
                 insort(best, value)
                 del best[keep:]
+    if progress is not None:
+        progress(len(candidates), size)
     candidates.sort(key=lambda c: c.index)
     ranked = sorted((c for c in candidates if c.outcome is not None),
                     key=lambda c: (c.objective_value(objective), c.layout.gpus, c.memory_bytes, c.index))
