@@ -89,6 +89,7 @@ def _raise_terminated(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     import signal
 
+    _reopen_closed_streams()
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -96,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else EXIT_OK
     if extra:  # a flag of another command (real has no --gpu): said by the command it was given to
         print(f"scalebench {args.command}: error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if _STDOUT_CLOSED:
+        print(f"scalebench {args.command}: error: stdout: got 'closed'; allowed: an open standard output (redirect "
+              "it to a file or to /dev/null instead of closing it: >&- leaves nowhere to print)", file=sys.stderr)
         return EXIT_BAD_INPUT
     previous = {signum: signal.signal(signum, _raise_terminated) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -114,11 +119,48 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as err:  # not the input's fault (bad paths are ConfigErrors): a full disk, an I/O error
-        print(f"scalebench {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        print(f"scalebench {args.command}: error: {os_error_text(err)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def os_error_text(err: OSError) -> str:
+    """An OSError on one line, the file first: 'results/x.json: No space left on device (ENOSPC)'."""
+    import errno
+
+    code = f" ({errno.errorcode[err.errno]})" if err.errno in errno.errorcode else ""
+    what = f"{err.strerror}{code}" if err.strerror else str(err)
+    text = f"{err.filename}: {what}" if err.filename else what
+    return " ".join(text.split())
+
+
+_STDOUT_CLOSED = False
+"""Standard output was closed when scalebench started (``>&-``): every command refuses to run."""
+
+
+def _reopen_closed_streams() -> None:
+    """A closed stdout or stderr (``scalebench list links >&-``) leaves sys.stdout None (or writing
+    into nothing), and the first print a traceback: put /dev/null on the descriptor, so that nothing
+    else lands there (a file the command opens next would get descriptor 1), and remember that
+    stdout was closed; a closed stderr stays quiet (there is nowhere to say anything)."""
+    import os
+
+    global _STDOUT_CLOSED
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        setattr(sys, name, open(fd, "w", encoding="utf-8", errors="replace", closefd=False))  # noqa: SIM115
+        if fd == 1:
+            _STDOUT_CLOSED = True
 
 
 def _quiet_stdout() -> None:

@@ -47,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
     from sim.errors import ConfigError
 
     require_torch()
+    if args.out:
+        from sim.fileio import check_writable
+
+        check_writable("-o", args.out)
     if args.zoo:
         return _zoo(args)
     if args.check:
