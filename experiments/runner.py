@@ -187,7 +187,8 @@ def run_experiment(
     measure: Callable[..., dict[str, Any]] | None = None,
     log: Callable[[str], None] = print,
 ) -> RunSummary:
-    """Run every point not yet in ``out_dir`` (all of them with ``force``)."""
+    """Run every point not yet in ``out_dir`` (all of them with ``force``, which also takes over at once
+    the point locks this host cannot check: experiments/point_locks.py)."""
     start = time.perf_counter()
     points, skipped = plan(experiment, measure)
     ids = [point_id(p, experiment) for p in points]
@@ -227,7 +228,7 @@ def run_experiment(
         log(f"reusing points computed at git revision {', '.join(sorted(map(str, older)))} "
             f"(now {stamp['git_revision']}); --force recomputes them")
 
-    locks = PointLocks(store.points_dir)
+    locks = PointLocks(store.points_dir, force=force, log=log)
     ours: set[str] = set()
     refused: list[Skipped] = []
     before = {pid: before_all[pid] for pid in todo}  # --force, or unreadable: files to replace

@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=EXECUTORS, default="process",
                         help="process pool (default), or an existing Dask / Ray cluster if installed")
     parser.add_argument("--address", help="scheduler address for --executor dask|ray (default: start a local one)")
-    parser.add_argument("--force", action="store_true", help="recompute points already in the results directory")
+    parser.add_argument("--force", action="store_true", help="recompute points already in the results directory, and "
+                        "take over at once the point locks this host cannot check (another host's, or not a lock)")
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="do not draw the plots afterwards")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the points, run nothing")
