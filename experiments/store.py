@@ -75,7 +75,8 @@ class ResultDir:
             return None
         return point
 
-    def write_meta(self, experiment: Experiment, ids: list[str], skipped: list[Skipped]) -> None:
+    def write_meta(self, experiment: Experiment, ids: list[str], skipped: list[Skipped],
+                   failed: list[Skipped] | None = None) -> None:
         atomic_write_text(self.path / "experiment.yaml", yaml.safe_dump(experiment.raw, sort_keys=False))
         atomic_write_json(self.path / META_JSON, {
             "name": experiment.name,
@@ -85,6 +86,7 @@ class ResultDir:
             "backend": experiment.backend,
             "point_ids": ids,
             "skipped": [{"axes": s.axes, "reason": s.reason} for s in skipped],
+            "failed": [{"axes": s.axes, "reason": s.reason} for s in failed or []],
         })
 
     def meta(self) -> dict[str, Any]:
@@ -181,9 +183,10 @@ def _check_meta(path: Path, meta: Any) -> None:
         value = meta.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path} {key}", value, "a list of axis names (run the experiment again)")
-    skipped = meta.get("skipped", [])
-    if not isinstance(skipped, list) or not all(isinstance(s, dict) and {"axes", "reason"} <= set(s) for s in skipped):
-        raise ConfigError(f"{path} skipped", _short(skipped), "a list of {axes, reason} (run the experiment again)")
+    for key in ("skipped", "failed"):
+        listed = meta.get(key, [])
+        if not isinstance(listed, list) or not all(isinstance(s, dict) and {"axes", "reason"} <= set(s) for s in listed):
+            raise ConfigError(f"{path} {key}", _short(listed), "a list of {axes, reason} (run the experiment again)")
 
 
 def _reason(err: BaseException) -> str:

@@ -114,9 +114,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(efficiency_table(store.read_csv(), store.meta()))
     print(_stragglers(experiment))
-    if args.plot:
+    if args.plot and summary.rows:
         from experiments.plots import plot_results
 
         written = plot_results(out_dir)
         print(f"{len(written)} plots -> {store.plots_dir}")
+    if summary.failed:
+        import sys
+
+        print(f"scalebench run: {len(summary.failed)} of {summary.planned} points failed (each with its reason above "
+              f"and in {store.path / 'meta.json'}); the others are in results.csv, and the same command tries the "
+              "failed ones again", file=sys.stderr)
+        return 1
     return 0

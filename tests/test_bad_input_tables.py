@@ -1,0 +1,125 @@
+"""Layer tables and sweeps that went wrong silently or aborted the sweep (issue 29): layers files
+with negative, unknown or misaligned cells, inline layers without FLOPs, a point that fails at run
+time (recorded as failed with its reason; the parallel sweep goes on, and the rerun too)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scalebench.cli import main
+from tests.test_bad_input import check_one_line_error
+
+HEAD = "layer,kind,param_count,fwd_flops,bwd_flops,activation_elems"
+ROW = "l0,linear,1000,1e9,2e9,10"
+CONFIG = {"c.yaml": "workload: {layers_file: t.csv, batch_size: 8}\n"}
+
+TABLES = {
+    # issue 29: param_count -1000 ended in 'ValueError: Negative delay' (and aborted a parallel sweep);
+    # other negative cells ran at 100 % efficiency
+    "negative-param-count": (f"{HEAD}\nl0,linear,-1000,1e9,2e9,10\n", "t.csv row 1.param_count: got -1000"),
+    "negative-fwd-flops": (f"{HEAD}\nl0,linear,10,-1e9,2e9,10\n", "t.csv row 1.fwd_flops: got -1000000000.0"),
+    "negative-activations": (f"{HEAD}\nl0,linear,10,1e9,2e9,-10\n", "t.csv row 1.activation_elems: got -10.0"),
+    "nan-bwd-flops": (f"{HEAD}\nl0,linear,10,1e9,nan,10\n", "t.csv row 1.bwd_flops: got nan"),
+    "inf-flops": (f"{HEAD}\nl0,linear,10,inf,2e9,10\n", "t.csv row 1.fwd_flops: got inf"),
+    "fractional-param-count": (f"{HEAD}\nl0,linear,10.5,1e9,2e9,10\n", "t.csv row 1.param_count: got '10.5'"),
+    # a misspelt time column was dropped, and the roofline used instead of the measured times
+    "misspelt-time-column": (f"{HEAD},fwd_time\n{ROW},0.1\n", "t.csv column 'fwd_time': got 'fwd_time'"),
+    "one-time-column": (f"{HEAD},fwd_time_s\n{ROW},0.1\n", "t.csv column 'bwd_time_s': got None"),
+    "one-time-cell": (f"{HEAD},fwd_time_s,bwd_time_s\n{ROW},0.1,\n", "t.csv row 1.bwd_time_s: got None"),
+    "negative-time": (f"{HEAD},fwd_time_s,bwd_time_s\n{ROW},0.1,-1\n", "t.csv row 1.bwd_time_s: got -1.0"),
+    # a row with more cells than the header: its extra cell was dropped
+    "more-cells": (f"{HEAD}\n{ROW},99\n", "t.csv row 1: got 'l0,linear,1000,1e9,2e9,10,99'; allowed: 6 cells"),
+    "fewer-cells": (f"{HEAD}\nl0,linear,1000\n", "t.csv row 1: got 'l0,linear,1000'; allowed: 6 cells"),
+    "column-twice": (f"{HEAD},fwd_flops\n{ROW},1\n", "t.csv column 'fwd_flops': got 'given twice'"),
+    "header-only": (f"{HEAD}\n", "t.csv: got 'empty layer table'"),
+    # a negative batch in the file's meta line became batch 1 without a word
+    "negative-meta-batch": (f'# meta: {{"batch_size": -8}}\n{HEAD}\n{ROW}\n', "t.csv meta batch_size: got -8"),
+    "text-meta-times-batch": (f'# meta: {{"times_batch_size": "8"}}\n{HEAD}\n{ROW}\n', "t.csv meta times_batch_size"),
+}
+
+
+@pytest.mark.parametrize("case", TABLES, ids=list(TABLES))
+def test_a_layers_file_is_checked_row_by_row_on_load(case, tmp_path, monkeypatch, capsys):
+    table, expected = TABLES[case]
+    line = check_one_line_error(tmp_path, monkeypatch, capsys, {**CONFIG, "t.csv": table}, ["simulate", "c.yaml"],
+                                expected)
+    assert "allowed: " in line
+
+
+def test_the_negative_meta_batch_is_refused_when_the_config_gives_none(tmp_path, monkeypatch, capsys):
+    check_one_line_error(tmp_path, monkeypatch, capsys, {"c.yaml": "workload: {layers_file: t.csv}\n",
+                                                         "t.csv": f'# meta: {{"batch_size": -8}}\n{HEAD}\n{ROW}\n'},
+                         ["simulate", "c.yaml"], "t.csv meta batch_size: got -8; allowed: a positive integer")
+
+
+def test_a_good_table_with_measured_times_still_loads(tmp_path):
+    from sim.workload import read_layers_file
+
+    (tmp_path / "t.csv").write_text(f'# meta: {{"batch_size": 8, "times_batch_size": 8}}\n{HEAD},fwd_time_s,bwd_time_s\n'
+                                    f"{ROW},0.001,0.002\nl1,relu,0,0,0,10,,\n")
+    layers, meta = read_layers_file(tmp_path / "t.csv")
+    assert [(la.param_count, la.fwd_time_s, la.bwd_time_s) for la in layers] == [(1000, 0.001, 0.002), (0, None, None)]
+    assert meta == {"batch_size": 8, "times_batch_size": 8}
+
+
+@pytest.mark.parametrize("rows, field", [
+    ("[{param_count: 1000}]", "workload.layers[0].fwd_flops: got None"),  # issue 29: ran as a layer of no time
+    ("[{fwd_flops: 1e9, param_count: -5}]", "workload.layers[0].param_count: got -5"),
+    ("[{fwd_flops: 1e9, fwd_time: 1}]", "workload.layers[0].fwd_time: got 1"),
+])
+def test_inline_layers_need_their_flops(rows, field, tmp_path, monkeypatch, capsys):
+    check_one_line_error(tmp_path, monkeypatch, capsys, {"c.yaml": f"workload: {{layers: {rows}}}\n"},
+                         ["simulate", "c.yaml"], field)
+
+
+def test_an_inline_layer_of_measured_times_needs_no_flops(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("c.yaml").write_text("workload: {layers: [{param_count: 1000, fwd_time_s: 0.01, bwd_time_s: 0.02}]}\n"
+                              "cluster: {gpus: 1}\n")
+    assert main(["simulate", "c.yaml", "--format", "json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["forward_time_s"] == pytest.approx(0.01) and row["backward_time_s"] == pytest.approx(0.02)
+
+
+SWEEP = ("name: fails\nworkload: mlp\ncluster: {gpus_per_node: 2}\n"
+         "sweep: {cluster.gpus: [1, 2, 4, 8], strategy.bucket_mib: [1, 25]}\n")
+
+
+def test_a_point_that_fails_at_run_time_is_recorded_and_the_parallel_sweep_goes_on(tmp_path, monkeypatch, capsys):
+    """Issue 29: one failing point aborted the whole parallel sweep with a traceback, and every rerun
+    died at the same point. Now it is failed with its reason; the other 7 are written; the rerun
+    computes only it, fails it again the same way, and keeps the 7."""
+    import experiments.points
+
+    real_payload = experiments.points.run_sim_payload
+
+    def break_one(payload):  # a defect in the simulator for one point (the workers are forked: they see this)
+        if payload["spec"]["cluster"]["gpus"] == 4 and payload["spec"]["strategy"]["bucket_mib"] == 25:
+            raise ValueError("Negative delay -0.001")
+        return real_payload(payload)
+
+    monkeypatch.setattr(experiments.points, "run_sim_payload", break_one)
+    monkeypatch.chdir(tmp_path)
+    Path("s.yaml").write_text(SWEEP)
+    for attempt in range(2):
+        assert main(["run", "s.yaml", "--jobs", "2", "--no-progress", "--no-plot"]) == 1
+        out, err = capsys.readouterr()
+        assert "failed cluster.gpus=4, strategy.bucket_mib=25 (point " in out
+        assert "): ValueError: Negative delay -0.001" in out
+        assert err.strip() == ("scalebench run: 1 of 8 points failed (each with its reason above and in "
+                               "results/fails/meta.json); the others are in results.csv, and the same command tries "
+                               "the failed ones again")
+        assert f"({7 if attempt == 0 else 0} computed, {0 if attempt == 0 else 7} reused)" in out
+        assert "Traceback" not in out + err
+        df = pd.read_csv("results/fails/results.csv")
+        assert len(df) == 7 and not ((df["world_size"] == 4) & (df["bucket_mib"] == 25)).any()
+        failed = json.loads(Path("results/fails/meta.json").read_text())["failed"]
+        assert [f["reason"] for f in failed] == ["ValueError: Negative delay -0.001"]
+    monkeypatch.setattr(experiments.points, "run_sim_payload", real_payload)  # the defect mended: the rerun completes
+    assert main(["run", "s.yaml", "--jobs", "2", "--no-progress", "--no-plot"]) == 0
+    assert "(1 computed, 7 reused)" in capsys.readouterr().out
+    assert json.loads(Path("results/fails/meta.json").read_text())["failed"] == []
