@@ -123,3 +123,70 @@ def test_a_point_that_fails_at_run_time_is_recorded_and_the_parallel_sweep_goes_
     assert main(["run", "s.yaml", "--jobs", "2", "--no-progress", "--no-plot"]) == 0
     assert "(1 computed, 7 reused)" in capsys.readouterr().out
     assert json.loads(Path("results/fails/meta.json").read_text())["failed"] == []
+
+
+# -- sweeps whose rows would be labelled wrongly ---------------------------------------------
+
+def _readme_sweep() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("```yaml\nname: my_sweep", 1)[1].split("```", 1)[0]
+    return "name: my_sweep" + block
+
+
+def test_the_readme_sweep_runs_as_it_reads(tmp_path):
+    """Issue 29: the README's example swept cluster.inter_link while its cases set it, so 18 points
+    ran once and rows labelled 'ib_edr, PS over TCP' ran over tcp_10gbe. Every point of it now runs
+    what its labels say."""
+    from experiments.config import expand, experiment_from_dict
+    from sim.yamlio import load_yaml_text
+
+    experiment = experiment_from_dict(load_yaml_text(_readme_sweep()))
+    points, skipped = expand(experiment)
+    assert (len(points), skipped) == (9 * 2 * 2, [])  # 1..256 GPUs x 2 bucket sizes x 2 cases
+    cases = {c["label"]: c for c in experiment.axes["case"]}
+    for p in points:
+        case = cases[p.axes["case"]]
+        assert p.spec["cluster"]["inter_link"] == case["cluster.inter_link"]
+        assert p.spec["strategy"]["collective"] == case["strategy.collective"]
+        assert p.spec["strategy"]["bucket_mib"] == p.axes["strategy.bucket_mib"]
+        assert p.spec["cluster"]["gpus"] == p.axes["cluster.gpus"]
+    assert len({json.dumps(p.spec, sort_keys=True) for p in points}) == len(points)  # no two share a point
+
+
+AXES = "name: e\nworkload: mlp\ncluster: {gpus_per_node: 2}\nsweep:\n  cluster.gpus: [2, 4]\n"
+SWEEPS = {
+    "case-and-axis-set-one-field": (
+        AXES + "  cluster.inter_link: [tcp_10gbe, ib_edr]\n  case:\n    - {label: a, cluster.inter_link: tcp_10gbe}\n"
+               "    - {label: b, cluster.inter_link: ib_edr}\n",
+        "sweep.case[0].cluster.inter_link: got 'tcp_10gbe'; allowed: a field no other axis sets (sweep.cluster.inter_link "
+        "sets cluster.inter_link too"),
+    "two-cases-one-label": (
+        AXES + "  case:\n    - {label: a, strategy.collective: ring}\n    - {label: a, strategy.collective: tree}\n",
+        "sweep.case[1].label: got 'a'; allowed: a label no other case has (case [0] has it"),
+    "two-cases-one-setting": (
+        AXES + "  case:\n    - {label: a, strategy.collective: ring}\n    - {label: b, strategy.collective: ring}\n",
+        "sweep.case[1]: got {'strategy.collective': 'ring'}; allowed: settings no other case has (case [0]"),
+    "a-value-twice": (AXES.replace("[2, 4]", "[2, 4, 2]"), "sweep.cluster.gpus[2]: got 2; allowed: each value once"),
+    "axis-inside-an-axis": (AXES + "  cluster: [{gpus: 2}]\n", "sweep.cluster: got [{'gpus': 2}]; allowed: a field no "
+                            "other axis sets (sweep.cluster.gpus sets cluster.gpus too"),
+    "one-field-twice-in-a-case": (AXES.replace("  cluster.gpus: [2, 4]\n", "") + "  case:\n"
+                                  "    - {label: a, cluster: {gpus: 2}, cluster.gpus: 4}\n",
+                                  "sweep.case[0].cluster.gpus: got 4; allowed: a field not set again inside the case"),
+    "name-with-a-newline": ('name: "a\\nb"\nworkload: mlp\n', "name: got 'a\\nb'; allowed: a non-empty name without"),
+    "name-with-a-tab": ('name: "a\\tb"\nworkload: mlp\n', "name: got 'a\\tb'"),
+    "name-with-a-bell": ('name: "a\\ab"\nworkload: mlp\n', "name: got 'a\\x07b'"),
+}
+
+
+@pytest.mark.parametrize("case", SWEEPS, ids=list(SWEEPS))
+def test_sweeps_that_would_label_rows_wrongly_are_refused(case, tmp_path, monkeypatch, capsys):
+    text, expected = SWEEPS[case]
+    check_one_line_error(tmp_path, monkeypatch, capsys, {"e.yaml": text}, ["run", "e.yaml", "--dry-run"], expected)
+
+
+def test_cases_that_share_fields_with_each_other_are_what_cases_are(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    Path("e.yaml").write_text(AXES + "  case:\n    - {label: a, strategy.collective: ring, cluster.inter_link: ib_edr}\n"
+                              "    - {label: b, strategy.collective: tree, cluster.inter_link: ib_edr}\n")
+    assert main(["run", "e.yaml", "--dry-run"]) == 0
+    assert "e: 4 points, 0 invalid combinations skipped" in capsys.readouterr().out
