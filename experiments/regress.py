@@ -136,10 +136,27 @@ def compare(name: str, rows: list[dict[str, Any]], baseline: dict[str, dict[str,
     return checks
 
 
+def check_baselines_dir(path: Path, names: list[str]) -> None:
+    """Baselines to compare with: a directory holding at least one of the suite's ``<name>.csv``
+    (issue 29: a missing directory, a file or an empty directory gave exit 1 and nothing on stderr,
+    every point NEW). A scenario whose file is missing while others are there is NEW: a new scenario."""
+    wanted = ", ".join(f"{n}.csv" for n in names if n)
+    if not path.exists():
+        raise ConfigError("--baselines", str(path), f"a directory of baselines ({wanted}); it does not exist "
+                          "(`scalebench regress --update --baselines DIR` writes them)")
+    if not path.is_dir():
+        raise ConfigError("--baselines", str(path), f"a directory of baselines ({wanted}), not a file")
+    if not any((path / f"{n}.csv").is_file() for n in names if n):
+        raise ConfigError("--baselines", str(path), f"a directory holding the suite's baselines ({wanted}); it has "
+                          "none of them (`scalebench regress --update --baselines DIR` writes them)")
+
+
 def run_suite(suite: str | Path, baselines_dir: str | Path, update: bool = False) -> list[Check]:
     """Simulate the suite; compare with (or, with ``update``, rewrite) the baselines."""
     tolerance, scenarios = load_suite(suite)
     baselines_dir = Path(baselines_dir)
+    if not update:
+        check_baselines_dir(baselines_dir, [str(raw.get("name", "")) for raw in scenarios])
     checks: list[Check] = []
     for raw in scenarios:
         name, override, rows = simulate_scenario(raw)

@@ -157,10 +157,23 @@ class ResultDir:
         if missing:
             raise ConfigError(str(self.csv_path), f"no column {missing[0]}", "the columns `scalebench run` writes: "
                               + ", ".join(required) + " (run the experiment again to rebuild it)")
-        text = [c for c in required if c not in ("point_id", "source", "mode") and len(df)
-                and not pd.api.types.is_numeric_dtype(df[c])]
+        numeric = [c for c in required if c not in ("point_id", "source", "mode")]
+        text = [c for c in numeric if len(df) and not pd.api.types.is_numeric_dtype(df[c])]
         if text:
             raise ConfigError(f"{self.csv_path} column {text[0]}", _short(df[text[0]].iloc[0]), "numbers")
+        # a row without its size or time, or a column with no number at all, would draw an empty or
+        # misplaced plot without a word (issue 29: a results.csv of NaN plotted 'successfully')
+        # (a plan point where nothing fits has a row of plan_error and no figures: experiments/plan_points.py)
+        failed = df["plan_error"].notna() & (df["plan_error"].astype(str) != "") if "plan_error" in df.columns else \
+            pd.Series(False, index=df.index)
+        for c in numeric:
+            finite = df[c].map(lambda v: isinstance(v, (int, float)) and v == v and abs(v) != float("inf")) | failed
+            if len(df) and not failed.all() and (not finite[~failed].any() or (c in KEY_COLUMNS and not finite.all())):
+                row = int((~finite).to_numpy().nonzero()[0][0])
+                value = df[c].iloc[row]
+                raise ConfigError(f"{self.csv_path} column {c} row {row + 1}",
+                                  _short(value.item() if hasattr(value, "item") else value),
+                                  "a finite number (run the experiment again to rebuild it)")
         return df
 
 
@@ -171,6 +184,9 @@ RUN_REQUIRED_COLUMNS = ("point_id", "source", "world_size", "mode", "iterations"
                         "effective_samples_per_s", "staleness_mean", "staleness_p95", "wall_time_s", "lost_work_s",
                         "restarts")
 """What the plots and tables of multi-iteration runs read (experiments/plots_runs.py, tables.py)."""
+KEY_COLUMNS = ("world_size", "iteration_time_s", "wall_time_s")
+"""Columns every row needs as a finite number (its size and its time); the others may be NaN in some
+rows (not measured), never in all of them."""
 META_LISTS = ("axes", "series_axes")
 
 

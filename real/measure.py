@@ -93,6 +93,8 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
     return row
 
 
+MAX_TIMEOUT_S = 86_400.0
+"""A step without progress for a day is a hang (assumed; 1e30 s overflowed the launcher's C int, issue 29)."""
 TOPOLOGIES = ("shared", "per_link")
 
 
@@ -102,7 +104,7 @@ def check_run_options(*, iterations: Any, warmup: Any, timeout_s: Any, link: Any
     section they came from, e.g. ``real.``)."""
     require_positive(f"{where}iterations", iterations, integer=True)
     require_positive(f"{where}warmup", warmup, integer=True, allow_zero=True)
-    require_positive(f"{where}timeout_s", timeout_s)
+    require_positive(f"{where}timeout_s", timeout_s, maximum=MAX_TIMEOUT_S, why="a day without progress")
     if topology not in TOPOLOGIES:
         raise ConfigError(f"{where}topology", topology, TOPOLOGIES)
     if link:

@@ -489,4 +489,9 @@ def host_of(cluster: Any) -> Host:
 def load_catalog_file(path: str | Path, base: Catalog | None = None) -> Catalog:
     """Extend ``base`` (the built-in catalog by default) with a YAML file of gpus/links."""
     data = read_yaml(path, what="catalog")
+    if data is None or (isinstance(data, dict) and not any(data.get(k) for k in ("gpus", "links"))):
+        if isinstance(data, dict):
+            reject_unknown_keys(str(path), data, ("gpus", "links"))
+        raise ConfigError("catalog", str(path), "a catalog file with at least one entry under gpus: or links: (it "
+                          f"{'adds nothing' if data else 'is empty'}; `scalebench calibrate` writes one)")
     return (base or builtin_catalog()).extended(data, where=str(path))

@@ -77,6 +77,21 @@ def default_config_path():
     return resources.files("experiments").joinpath("quickstart.yaml")
 
 
+def _check_layout(out_dir) -> None:
+    """What a run writes inside results/<name>/ must be what it expects there: its points/ and
+    plots/ directories and its files (issue 29: a file named points gave '[Errno 17] File exists')."""
+    from experiments.store import ResultDir
+    from sim.errors import ConfigError
+
+    store = ResultDir(out_dir)
+    for path, directory in ((store.points_dir, True), (store.plots_dir, True), (store.csv_path, False),
+                            (store.path / "meta.json", False), (store.path / "experiment.yaml", False)):
+        if path.exists() and path.is_dir() != directory:
+            raise ConfigError("--results", str(path), f"{'a directory' if directory else 'a file'} where `scalebench "
+                              f"run` keeps its {path.name} ({path} is {'a directory' if path.is_dir() else 'a file'}: "
+                              "move it away, or choose another --results)")
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -88,11 +103,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None:
         require_positive("--jobs", args.jobs, integer=True, maximum=MAX_JOBS, why="worker processes")
+    if args.address is not None and args.executor == "process":
+        from sim.errors import ConfigError
+
+        raise ConfigError("--address", args.address, "only with --executor dask or ray (the scheduler to connect to; "
+                          "the process executor runs workers on this machine)")
     experiment = load_experiment(args.config or default_config_path())
     if args.catalog:
         experiment = with_catalog_file(experiment, args.catalog)
     out_dir = Path(args.results) / experiment.name
     check_writable("--results", out_dir, directory=True)
+    _check_layout(out_dir)
     if args.dry_run:
         points, skipped = plan(experiment)
         for s in skipped:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from bisect import insort
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sim.errors import ConfigError
@@ -167,8 +168,15 @@ class PlanResult:
         return out
 
 
-def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune: bool = True) -> PlanResult:
-    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left.
+PROGRESS_EVERY = 1000
+"""Candidates between two calls of plan_search's ``progress`` (a few a second at the measured rate)."""
+
+
+def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune: bool = True,
+                progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left. ``progress(done,
+    total)`` hears how many of the candidates to simulate are done, every PROGRESS_EVERY and at
+    the end (``scalebench plan`` says so for a large search).
 
     Two prunings keep a large-model space (ZeRO stages, recomputation, sequence, context and
     expert parallelism, interleaving) to seconds, neither changing the ranking's head:
@@ -225,9 +233,13 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
     keep = BOUND_KEEP * request.top
     best: list[float] = []  # the best ``keep`` objective values found so far, ascending
     best_at: dict[int, float] = {}
+    if progress is not None:
+        progress(0, size)
     for i in order:
         variant, _backend, own = work[i]
         for sync in own:
+            if progress is not None and candidates and len(candidates) % PROGRESS_EVERY == 0:
+                progress(len(candidates), size)
             c = Candidate(len(candidates), variant, sync)
             candidates.append(c)
             if prune and len(best) >= keep and bounds[i] > best[-1] and bounds[i] > best_at.get(variant.gpus, float("inf")):
@@ -245,6 +257,8 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
             if len(best) < keep or value < best[-1]:
                 insort(best, value)
                 del best[keep:]
+    if progress is not None:
+        progress(len(candidates), size)
     candidates.sort(key=lambda c: c.index)
     ranked = sorted((c for c in candidates if c.outcome is not None),
                     key=lambda c: (c.objective_value(objective), c.layout.gpus, c.memory_bytes, c.index))
