@@ -274,3 +274,16 @@ def test_a_closed_stderr_still_runs_and_exits_with_its_status():
     done = subprocess.run(["sh", "-c", f"exec {sys.executable} -m scalebench list nics 2>&-"], cwd=REPO,
                           capture_output=True, timeout=60)
     assert done.returncode == 2 and b"Traceback" not in done.stdout
+
+
+@pytest.mark.parametrize("command", ["simulate", "run", "plan"])
+def test_commands_given_a_named_pipe_nobody_writes_to_end_in_one_line(command, tmp_path, monkeypatch, capsys):
+    """Issue 29: `run PIPE` and `simulate PIPE` blocked for ever."""
+    monkeypatch.setattr(fileio, "PIPE_FIRST_BYTE_S", 0.2)
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("c.yaml")
+    argv = [command, "c.yaml"] + (["--model", "mlp"] if command == "plan" else [])
+    assert main(argv) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"scalebench {command}: error: config: got 'c.yaml'; allowed: a readable YAML file: a pipe")
+    assert "nothing was written to it" in line

@@ -190,3 +190,11 @@ def test_cases_that_share_fields_with_each_other_are_what_cases_are(tmp_path, mo
                               "    - {label: b, strategy.collective: tree, cluster.inter_link: ib_edr}\n")
     assert main(["run", "e.yaml", "--dry-run"]) == 0
     assert "e: 4 points, 0 invalid combinations skipped" in capsys.readouterr().out
+
+
+def test_a_sweep_over_a_bad_layers_file_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """Issue 29's parallel sweep over a layers file with param_count -1000: refused on load now."""
+    files = {"e.yaml": "name: e\nworkload: {layers_file: t.csv, batch_size: 8}\nsweep: {cluster.gpus: [1, 2, 4, 8]}\n",
+             "t.csv": f"{HEAD}\nl0,linear,-1000,1e9,2e9,10\n"}
+    check_one_line_error(tmp_path, monkeypatch, capsys, files, ["run", "e.yaml", "--jobs", "2", "--no-progress"],
+                         "t.csv row 1.param_count: got -1000; allowed: a non-negative integer")
