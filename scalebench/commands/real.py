@@ -44,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         check_row_path("--out", args.out)
     elif not (args.bench or args.comm):
         check_writable("--out", DEFAULT_OUT_DIR, directory=True)
+    if args.trace:
+        check_writable("--trace", args.trace)
     if args.gpus is not None:
         check_nproc(args.gpus)  # before anything starts: what this machine's cores and memory hold
     try:
