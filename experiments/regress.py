@@ -12,6 +12,7 @@ rewritten only on purpose, with ``--update``.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,14 @@ def simulate_scenario(raw: dict[str, Any]) -> tuple[str, dict[str, float], list[
 def read_baseline(path: Path) -> dict[str, dict[str, Any]]:
     """point_id -> row of a baseline CSV; an unreadable file, a missing column or a value that is
     not a finite number (a time that is not > 0) is a ConfigError naming the file and row."""
-    if not path.is_file():
+    if not path.exists():
         return {}
+    from sim.fileio import read_input_text
+
+    text = read_input_text(str(path), path, what="a baseline CSV (`scalebench regress --update` rewrites it)")
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except (OSError, ValueError, csv.Error) as err:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except (ValueError, csv.Error) as err:
         raise ConfigError(str(path), "unreadable", f"a baseline CSV ({type(err).__name__}); "
                           "`scalebench regress --update` rewrites it") from None
     out = {}

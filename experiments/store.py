@@ -67,8 +67,10 @@ class ResultDir:
     def readable_point(self, pid: str) -> dict[str, Any] | None:
         """``read_point``, or None when the file is missing, truncated or not a point (a run
         killed by the machine, a disk that filled up): such a point counts as not finished."""
-        try:
-            point = json.loads(self.point_path(pid).read_text(encoding="utf-8"))
+        from sim.fileio import read_input_text
+
+        try:  # bounded: a point file that is a pipe or a device is not a point (ConfigError is a ValueError)
+            point = json.loads(read_input_text("point", self.point_path(pid)))
         except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
             return None
         if not isinstance(point, dict) or not isinstance(point.get("row"), dict) or not isinstance(point.get("spec"), dict):
@@ -93,8 +95,12 @@ class ResultDir:
         path = self.path / META_JSON
         if not path.is_file():
             raise ConfigError("results", str(self.path), "a directory written by `scalebench run` (meta.json missing)")
+        from sim.fileio import read_input_text
+
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta = json.loads(read_input_text(str(path), path, what="the JSON `scalebench run` writes"))
+        except ConfigError:
+            raise
         except (OSError, ValueError) as err:
             raise ConfigError(str(path), "unreadable", f"the JSON `scalebench run` writes ({_reason(err)}); "
                               "run the experiment again to rewrite it") from None
@@ -104,8 +110,12 @@ class ResultDir:
     def experiment_text(self) -> str:
         """experiment.yaml as written (the config as run)."""
         path = self.path / "experiment.yaml"
+        from sim.fileio import read_input_text
+
         try:
-            return path.read_text(encoding="utf-8")
+            return read_input_text(str(path), path, what="the config `scalebench run` saves")
+        except ConfigError:
+            raise
         except (OSError, ValueError) as err:
             raise ConfigError(str(path), "unreadable", f"the config `scalebench run` saves ({_reason(err)}); "
                               "run the experiment again to rewrite it") from None

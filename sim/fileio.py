@@ -343,6 +343,16 @@ def read_input_bytes(field: str, path: str | Path, *, what: str = "a readable fi
     return data
 
 
+def read_input_text(field: str, path: str | Path, *, what: str = "a readable file",
+                    limit_bytes: int = MAX_INPUT_BYTES) -> str:
+    """``read_input_bytes`` as UTF-8 text; a binary file is a ConfigError naming the first bad byte."""
+    data = read_input_bytes(field, path, what=what, limit_bytes=limit_bytes)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(field, str(path), f"{what}: UTF-8 text (byte {err.start} is not UTF-8: a binary file?)") from None
+
+
 def _read_pipe(fd: int, field: str, path: Path, what: str, limit_bytes: int) -> bytes:
     """A pipe's content up to its end of file: the first bytes within PIPE_FIRST_BYTE_S (a named
     pipe nobody writes to sends nothing, and reading it would block for ever), the rest within
