@@ -62,7 +62,17 @@ def resolve_paths(spec: Any, base_dir: str | Path) -> Any:
 
 
 def resolve_path(path: str, base_dir: str | Path) -> str:
-    return path if not path or Path(path).is_absolute() else str((Path(base_dir) / path).resolve())
+    """``path`` relative to ``base_dir``, absolute; symlinks resolved where they resolve (a loop is
+    left for the reader to name in one line: Path.resolve raised RuntimeError on it)."""
+    if not path or Path(path).is_absolute():
+        return path
+    joined = Path(base_dir) / path
+    try:
+        return str(joined.resolve())
+    except (OSError, RuntimeError):
+        import os
+
+        return os.path.abspath(joined)
 
 
 def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, extra_keys: tuple[str, ...] = ()) -> Scenario:

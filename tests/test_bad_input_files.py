@@ -287,3 +287,14 @@ def test_commands_given_a_named_pipe_nobody_writes_to_end_in_one_line(command, t
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"scalebench {command}: error: config: got 'c.yaml'; allowed: a readable YAML file: a pipe")
     assert "nothing was written to it" in line
+
+
+def test_a_layers_file_that_is_a_symlink_loop_is_one_line(tmp_path, monkeypatch, capsys):
+    """Found by scripts/bad_input_driver.py: Path.resolve raised RuntimeError on the loop (a traceback)."""
+    monkeypatch.chdir(tmp_path)
+    Path("t.csv").symlink_to("t.csv")
+    Path("c.yaml").write_text("workload: {layers_file: t.csv, batch_size: 8}\n")
+    assert main(["simulate", "c.yaml"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"scalebench simulate: error: workload.layers_file: got '{tmp_path / 't.csv'}'; allowed: a readable layer table "
+        "(CSV) (Too many levels of symbolic links)")
