@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     if extra:  # a flag of another command (real has no --gpu): said by the command it was given to
         print(f"scalebench {args.command}: error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    empty = _empty_value(parser, args)
+    if empty is not None:
+        print(f"scalebench {args.command}: error: {empty[0]}: got {empty[1]!r}; allowed: a non-empty value (an empty "
+              "string would be taken as the flag not given)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     if _STDOUT_CLOSED:
         print(f"scalebench {args.command}: error: stdout: got 'closed'; allowed: an open standard output (redirect "
               "it to a file or to /dev/null instead of closing it: >&- leaves nowhere to print)", file=sys.stderr)
@@ -124,6 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _empty_value(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:
+    """The first flag (or positional) given an empty or blank string: ``--trace ''`` wrote nothing,
+    ``-o ''`` printed to stdout, ``--results ''`` wrote into the current directory, without a word."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[args.command]._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        blank = next((v for v in values if isinstance(v, str) and not v.strip()), None)
+        if blank is not None:
+            return (action.option_strings[-1] if action.option_strings else action.dest.upper()), blank
+    return None
 
 
 def os_error_text(err: OSError) -> str:

@@ -262,3 +262,15 @@ def test_every_json_note_keeps_stdout_machine_readable(tmp_path, monkeypatch, ca
     assert main(["simulate", "c.yaml", "--format", "json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)[0]["model"] == "mlp" and "note:" in captured.err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["schema", "-o", ""], "--out: got ''"),  # printed to stdout
+    (["simulate", "--model", "mlp", "--trace", " "], "--trace: got ' '"),  # wrote no trace
+    (["run", "mini.yaml", "--results", "", "--dry-run"], "--results: got ''"),  # wrote into the current directory
+    (["run", ""], "CONFIG: got ''"),
+])
+def test_an_empty_string_is_not_a_flag_left_out(argv, flag, tmp_path, monkeypatch, capsys):
+    """Found by scripts/bad_input_driver.py: an empty value was taken as the flag not given."""
+    check_one_line_error(tmp_path, monkeypatch, capsys, {"mini.yaml": MINI_RUN}, argv,
+                         f"{flag}; allowed: a non-empty value")
