@@ -198,3 +198,20 @@ def test_a_sweep_over_a_bad_layers_file_is_refused_before_anything_runs(tmp_path
              "t.csv": f"{HEAD}\nl0,linear,-1000,1e9,2e9,10\n"}
     check_one_line_error(tmp_path, monkeypatch, capsys, files, ["run", "e.yaml", "--jobs", "2", "--no-progress"],
                          "t.csv row 1.param_count: got -1000; allowed: a non-negative integer")
+
+
+def test_a_million_transformer_layers_are_refused_at_once(tmp_path, monkeypatch, capsys):
+    """Found beside the driver: a decoder of 1,000,000 layers ran for over a minute in 3.5 GB."""
+    import time
+
+    text = "workload: {model: decoder, architecture: {layers: 1000000, hidden: 64, heads: 4, seq_len: 16, vocab: 100}}\n"
+    start = time.monotonic()
+    check_one_line_error(tmp_path, monkeypatch, capsys, {"c.yaml": text}, ["simulate", "c.yaml"],
+                         "workload.architecture.layers: got 1000000; allowed: a positive integer at most 1,024")
+    assert time.monotonic() - start < 10
+
+
+def test_a_layer_table_of_more_rows_than_any_model_is_refused(tmp_path, monkeypatch, capsys):
+    rows = "".join(f"l{i},linear,10,1e6,2e6,10\n" for i in range(100_001))
+    check_one_line_error(tmp_path, monkeypatch, capsys, {**CONFIG, "t.csv": f"{HEAD}\n{rows}"}, ["simulate", "c.yaml"],
+                         "t.csv: got 'more than 100,000 layer rows'; allowed: at most 100,000 rows")
