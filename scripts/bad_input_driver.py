@@ -85,7 +85,8 @@ class Case:
 
 # -- the families ---------------------------------------------------------------------------
 
-NUMBERS = {"zero": "0", "negative": "-1", "nan": "nan", "inf": "inf", "huge": "1e30", "fraction": "2.5", "text": "abc"}
+NUMBERS = {"zero": "0", "negative": "-1", "nan": "nan", "inf": "inf", "huge": "1e30", "huge-int": "1000000000",
+           "fraction": "2.5", "text": "abc"}
 
 COMMAND_BASES: dict[str, list[str]] = {
     # arguments that make each command's good path quick, so that accepted input is told from a hang
@@ -215,7 +216,8 @@ YAML_INPUTS = {("simulate", "CONFIG"), ("simulate", "--catalog"), ("run", "CONFI
 
 def input_path_cases() -> list[Case]:
     kinds: dict[str, str | bytes] = {"missing": "", "directory": "DIR", "empty": "", "binary": BINARY, "fifo": "FIFO",
-                                     "char-device": "ZERO_DEV", "symlink-loop": "LOOP", "laughs": LAUGHS}
+                                     "char-device": "ZERO_DEV", "symlink-loop": "LOOP", "laughs": LAUGHS,
+                                     "empty-name": ""}
     cases = []
     for (command, how), base in INPUT_PATHS.items():
         directory = (command, how) in DIRECTORY_INPUTS
@@ -225,9 +227,9 @@ def input_path_cases() -> list[Case]:
             if directory and family in ("binary", "laughs"):
                 continue
             name = "in.yaml" if (command, how) in YAML_INPUTS else "in.dat"
-            files: dict[str, str | bytes] = {} if family == "missing" else {name: content}
+            files: dict[str, str | bytes] = {} if family in ("missing", "empty-name") else {name: content}
             files.update(BASE_FILES.get("layers" if command == "layers" else command, {}))
-            target = name
+            target = "" if family == "empty-name" else name
             argv = list(base)
             if how == "layers_file":
                 files["c.yaml"] = f"workload: {{layers_file: {name}, batch_size: 8}}\n"
@@ -261,7 +263,8 @@ def output_path_cases() -> list[Case]:
     root = os.geteuid() == 0
     kinds = {"directory": ("DIR", False), "under-a-file": ("FILE/x", False), "read-only": ("/sys/kernel/x", False),
              "fifo-no-reader": ("FIFO", False), "full-device": ("FULL_DEV", False), "null-device": ("NULL_DEV", True),
-             "symlink": ("LINK", True), "dangling-symlink": ("DANGLING", True), "newline": ("a\nb.json", False)}
+             "symlink": ("LINK", True), "dangling-symlink": ("DANGLING", True), "newline": ("a\nb.json", False),
+             "empty-name": ("", False)}
     cases = []
     for (command, flag), base in OUTPUT_PATHS.items():
         for family, (what, ok) in kinds.items():
@@ -286,6 +289,8 @@ def output_path_cases() -> list[Case]:
                 files["out"] = "LINK:nowhere/x"
                 target = "out"
                 ok = False
+            elif what == "":
+                target = ""
             elif what == "a\nb.json":
                 target = what
                 ok = True  # an odd name, but a name
@@ -318,7 +323,8 @@ SCENARIO_KEYS = {
                  "nccl_socket_nthreads": "int", "nccl_nsocks_perthread": "int", "pipeline_overhead_s": "float"},
     "simulation": {"seed": "int", "fidelity": "name", "check_memory": "bool", "flow_engine": "name"},
 }
-YAML_VALUES = {"zero": "0", "negative": "-1", "nan": ".nan", "inf": ".inf", "huge": "1e30", "fraction": "2.5",
+YAML_VALUES = {"zero": "0", "negative": "-1", "nan": ".nan", "inf": ".inf", "huge": "1e30", "huge-int": "1000000000",
+               "fraction": "2.5",
                "text": "abc", "list": "[1]", "mapping": "{a: 1}", "null": "null", "bool": "true"}
 YAML_OK = {
     # (section.key, family): legitimate
