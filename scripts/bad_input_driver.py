@@ -112,6 +112,9 @@ NUMBER_OK = {
     ("simulate", "--jitter-cv", "zero"): True,  # no jitter: nothing to refuse
     ("plan", "--oversubscription", "fraction"): True, ("plan", "--max-memory-gib", "fraction"): True,
     ("simulate", "--bucket-mib", "fraction"): True,
+    **{(c, "--seed", "huge-int"): True for c in ("simulate", "real")},  # any seed is a seed
+    ("simulate", "--bucket-mib", "huge-int"): True,  # 10^9 MiB: one bucket (the chainermn preset writes 1e9)
+    ("simulate", "--single-gpu-samples-per-s", "huge-int"): True,  # a fast GPU on a tiny model
 }
 SKIP_FLAGS = {
     # flags whose good path measures this machine for minutes (calibrate, validate's harness) or
