@@ -173,10 +173,12 @@ def _timeout(command: str) -> float:
 NAME_FLAGS = {
     "simulate": ["--model", "--gpu", "--intra-link", "--inter-link", "--fabric", "--placement", "--framework", "--backend",
                  "--protocol", "--collective", "--precision", "--fidelity", "--codec", "--codec-path", "--schedule",
-                 "--ps-mode", "--ps-placement", "--flow-engine"],
+                 "--ps-mode", "--ps-placement", "--flow-engine", "--nccl-version", "--mpi-library", "--mpi-gpu-buffers",
+                 "--host"],
     "plan": ["--model", "--gpu", "--intra-link", "--inter-link", "--precision", "--objective", "--backends",
              "--collectives", "--codecs", "--schedules", "--bucket-mib"],
-    "collective": ["--op", "--backend", "--gpu", "--intra-link", "--inter-link", "--algo", "--proto"],
+    "collective": ["--op", "--backend", "--gpu", "--intra-link", "--inter-link", "--algo", "--proto", "--nccl-version",
+                   "--mpi-library", "--mpi-gpu-buffers", "--host"],
     "bench": ["--model", "--collective", "--fabric", "--plan-model"],
     "real": ["--model", "--collective", "--codec", "--schedule", "--ps-mode", "--strategy", "--backend", "--link",
              "--collectives"],
@@ -208,6 +210,7 @@ INPUT_PATHS = {
     ("layers", "--profile"): ["layers", "m.py:Net", "--input-shape", "2,4", "-o", "t.csv"],
     ("validate", "--data"): ["validate", "--suite", "devset"],
     ("calibrate", "--from-nccl-tests"): ["calibrate", "--out", "o"],
+    ("calibrate", "--from-runs"): ["calibrate", "--out", "o"],
     ("simulate", "layers_file"): ["simulate", "c.yaml"],
     ("simulate", "fabric"): ["simulate", "--gpus", "4", "--gpus-per-node", "1"],
 }

@@ -298,3 +298,14 @@ def test_a_layers_file_that_is_a_symlink_loop_is_one_line(tmp_path, monkeypatch,
     assert capsys.readouterr().err.strip() == (
         f"scalebench simulate: error: workload.layers_file: got '{tmp_path / 't.csv'}'; allowed: a readable layer table "
         "(CSV) (Too many levels of symbolic links)")
+
+
+def test_calibrate_from_runs_of_a_binary_file_is_one_line(tmp_path, monkeypatch, capsys):
+    """Found by scripts/bad_input_driver.py after the rebase: a UnicodeDecodeError traceback."""
+    monkeypatch.chdir(tmp_path)
+    Path("runs.csv").write_bytes(bytes(range(128, 256)))
+    assert main(["calibrate", "--from-runs", "runs.csv", "--out", "o"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("scalebench calibrate: error: --from-runs: got 'runs.csv'; allowed: a readable file of "
+                           "measured runs") and "byte 0 is not UTF-8" in line
+    assert not Path("o").exists()
