@@ -115,6 +115,11 @@ NUMBER_OK = {
     **{(c, "--seed", "huge-int"): True for c in ("simulate", "real")},  # any seed is a seed
     ("simulate", "--bucket-mib", "huge-int"): True,  # 10^9 MiB: one bucket (the chainermn preset writes 1e9)
     ("simulate", "--single-gpu-samples-per-s", "huge-int"): True,  # a fast GPU on a tiny model
+    # limits: a huge one is no limit
+    **{("plan", f, "huge-int"): True for f in ("--top", "--max-tp", "--max-pp", "--max-micro-batches",
+                                               "--max-candidates")},
+    ("collective", "--stepfactor", "huge-int"): True,  # one size: -b
+    ("real", "--bucket-mib", "huge-int"): True,  # one bucket
 }
 SKIP_FLAGS = {
     # flags whose good path measures this machine for minutes (calibrate, validate's harness) or
@@ -339,6 +344,8 @@ YAML_OK = {
     ("strategy.bucket_mib", "fraction"), ("strategy.fusion_mib", "fraction"), ("strategy.first_bucket_mib", "fraction"),
     ("strategy.cycle_time_ms", "fraction"), ("strategy.pipeline_overhead_s", "fraction"),
     ("strategy.overlap", "bool"), ("simulation.check_memory", "bool"),
+    ("strategy.bucket_mib", "huge-int"), ("strategy.first_bucket_mib", "huge-int"), ("strategy.fusion_mib", "huge-int"),
+    ("simulation.seed", "huge-int"),
     # null: the key's default
     *((f"{s}.{k}", "null") for s, keys in SCENARIO_KEYS.items() for k in keys),
 }
@@ -414,6 +421,11 @@ SECTION_OK = {
     ("catalog gpu", "memory_bandwidth_GBps", "fraction"), ("catalog gpu", "memory_GiB", "fraction"),
     ("catalog gpu", "launch_overhead_us", "fraction"), ("catalog gpu", "compute_capability", "fraction"),
     ("plan", "max_memory_gib", "fraction"),
+    ("experiment", "seed", "huge-int"), ("experiment", "max_points", "huge-int"), ("faults", "fail_at_s", "huge-int"),
+    ("faults", "checkpoint_interval_s", "huge-int"),
+    # a plan section is checked as a request by --dry-run; its points refuse what does not fit when run
+    *(("plan", k, "huge-int") for k in ("global_batch", "top", "max_tp", "max_pp", "max_micro_batches",
+                                        "max_candidates", "max_gpus")),
     *((what, key, "null") for what, (_, _, keys, _) in [] for key in keys),
 }
 

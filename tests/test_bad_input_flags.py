@@ -274,3 +274,22 @@ def test_an_empty_string_is_not_a_flag_left_out(argv, flag, tmp_path, monkeypatc
     """Found by scripts/bad_input_driver.py: an empty value was taken as the flag not given."""
     check_one_line_error(tmp_path, monkeypatch, capsys, {"mini.yaml": MINI_RUN}, argv,
                          f"{flag}; allowed: a non-empty value")
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "--repeats", "1000000000"], "--repeats: got 1000000000; allowed: a positive integer at most 100"),
+    (["bench", "--plan-repeats", "1000000000"], "--plan-repeats: got 1000000000; allowed: a non-negative integer at most 100"),
+    (["plan", "--model", "mlp", "--gpus", "4", "--verify", "1000000000"], "--verify: got 1000000000; allowed: a "
+                                                                           "non-negative integer at most 1,000"),
+])
+def test_counts_that_would_run_for_ever_are_bounded(argv, expected, tmp_path, monkeypatch, capsys):
+    """Found by scripts/bad_input_driver.py's huge integers: each ran past its time limit."""
+    check_one_line_error(tmp_path, monkeypatch, capsys, {}, argv, expected)
+
+
+@pytest.mark.parametrize("flag", ["--iterations", "--warmup"])
+def test_real_counts_that_would_run_for_ever_are_bounded(flag, tmp_path, monkeypatch, capsys):
+    _real(tmp_path, tmp_path)
+    check_one_line_error(tmp_path, monkeypatch, capsys, {}, ["real", "--model", "mlp", "--gpus", "1", flag,
+                                                             "1000000000", "--out", "r.csv"],
+                         f"{flag.lstrip('-')}: got 1000000000; allowed: a")

@@ -234,6 +234,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+MAX_REPEATS = 100
+"""Timed runs per point at most: a median of 100 is as steady as the machine allows (assumed; a
+billion ran for ever, found by scripts/bad_input_driver.py)."""
 ASYNC_FLAGS = {"async_iterations": 100, "async_servers": 8, "async_jitter_cv": 0.2}
 PLAN_FLAGS = {"plan_model": "gpt2_xl", "plan_gpus": 64, "plan_global_batch": 512, "plan_flush": "replay"}
 """The defaults of the flags of the asynchronous run and of the plan search (add_arguments)."""
@@ -245,7 +248,8 @@ def _check_applies(args: argparse.Namespace) -> None:
     from sim.errors import ConfigError, require_positive
 
     require_positive("--async-workers", args.async_workers, integer=True, allow_zero=True)
-    require_positive("--plan-repeats", args.plan_repeats, integer=True, allow_zero=True)
+    require_positive("--plan-repeats", args.plan_repeats, integer=True, allow_zero=True, maximum=MAX_REPEATS,
+                     why="timed runs of a median")
     for flags, skipped, why in ((ASYNC_FLAGS, not args.async_workers or args.fidelity == "detailed",
                                  "only with the asynchronous run (--async-workers > 0, fast fidelity)"),
                                 (PLAN_FLAGS, not args.plan_repeats or args.fidelity == "detailed",
@@ -258,7 +262,7 @@ def _check_applies(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     from sim.errors import require_positive
 
-    require_positive("--repeats", args.repeats, integer=True)
+    require_positive("--repeats", args.repeats, integer=True, maximum=MAX_REPEATS, why="timed runs of a median")
     _check_applies(args)
     if args.fidelity == "detailed":
         return _run_detailed(args)
