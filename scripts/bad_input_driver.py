@@ -421,6 +421,10 @@ SECTION_OK = {
     ("catalog gpu", "memory_bandwidth_GBps", "fraction"), ("catalog gpu", "memory_GiB", "fraction"),
     ("catalog gpu", "launch_overhead_us", "fraction"), ("catalog gpu", "compute_capability", "fraction"),
     ("plan", "max_memory_gib", "fraction"),
+    # a very large rate is how an ideal device or a free link is written (sim/catalog.py MAX_LATENCY_US)
+    *(("catalog link", k, f) for k in ("bandwidth_Gbps", "per_flow_Gbps", "tcp_window_MiB", "tcp_stream_Gbps")
+      for f in ("huge", "huge-int")),
+    *(("catalog gpu", "memory_bandwidth_GBps", f) for f in ("huge", "huge-int")),
     ("experiment", "seed", "huge-int"), ("experiment", "max_points", "huge-int"), ("faults", "fail_at_s", "huge-int"),
     ("faults", "checkpoint_interval_s", "huge-int"),
     # a plan section is checked as a request by --dry-run; its points refuse what does not fit when run
