@@ -201,8 +201,9 @@ def test_a_huge_plan_says_how_long_it_will_take(monkeypatch, capsys):
     with progress:
         progress(0, 90_000)
         progress(45_000, 90_000)
-    assert capsys.readouterr().err.strip() == ("scalebench plan: 90,000 candidates to simulate, about 20 s on one core "
-                                               "(--max-candidates bounds the search; Ctrl-C stops it)")
+    assert capsys.readouterr().err.strip() == ("scalebench plan: 90,000 candidates to consider, at most about 20 s on "
+                                               "one core (the lower bound skips most; --max-candidates bounds the "
+                                               "search; Ctrl-C stops it)")
 
 
 def test_plan_search_reports_progress():

@@ -140,8 +140,9 @@ class _SearchProgress:
         import sys
 
         if self.bar is None and done == 0 and total >= SAY_ABOVE_CANDIDATES:
-            print(f"scalebench plan: {total:,} candidates to simulate, about {total / RATE_PER_S:.0f} s on one core "
-                  "(--max-candidates bounds the search; Ctrl-C stops it)", file=sys.stderr, flush=True)
+            print(f"scalebench plan: {total:,} candidates to consider, at most about {total / RATE_PER_S:.0f} s on one "
+                  "core (the lower bound skips most; --max-candidates bounds the search; Ctrl-C stops it)",
+                  file=sys.stderr, flush=True)
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, unit="candidate", disable=None, file=sys.stderr, dynamic_ncols=True,
