@@ -91,6 +91,7 @@ NUMBERS = {"zero": "0", "negative": "-1", "nan": "nan", "inf": "inf", "huge": "1
 COMMAND_BASES: dict[str, list[str]] = {
     # arguments that make each command's good path quick, so that accepted input is told from a hang
     "simulate": ["--model", "mlp", "--gpus", "4", "--gpus-per-node", "2"],
+    "explain": ["--model", "mlp", "--gpus", "4", "--gpus-per-node", "2", "--measured-iteration-s", "0.01"],
     "plan": ["--model", "mlp", "--gpus", "4", "--gpus-per-node", "4", "--top", "1", "--out", "planout"],
     "collective": ["-b", "8", "-e", "64"],
     "bench": ["--gpus", "64", "--repeats", "1", "--async-workers", "0", "--plan-repeats", "0"],
@@ -102,19 +103,23 @@ COMMAND_BASES: dict[str, list[str]] = {
 BASE_FILES: dict[str, dict[str, str | bytes]] = {"run": {"mini.yaml": MINI}, "layers": {"m.py": MODEL_PY}}
 NUMBER_OK = {
     # (command, flag, family): a legitimate value (exit 0 is right)
-    **{(c, "--seed", "zero"): True for c in ("simulate", "real")},
+    **{(c, "--seed", "zero"): True for c in ("simulate", "real", "explain")},
+    # no spread, no jitter: every rank at its nominal speed (as --no-stragglers)
+    **{(c, f, "zero"): True for c in ("simulate", "explain", "plan") for f in ("--gpu-cv", "--iteration-cv")},
     ("collective", "--idle-ms", "zero"): True,
     ("bench", "--async-workers", "zero"): True, ("bench", "--plan-repeats", "zero"): True,
     ("bench", "--async-jitter-cv", "zero"): True,
     ("real", "--warmup", "zero"): True,
     ("plan", "--verify", "zero"): True,
     ("plan", "--oversubscription", "zero"): False,
-    ("simulate", "--jitter-cv", "zero"): True,  # no jitter: nothing to refuse
+    **{(c, "--jitter-cv", "zero"): True for c in ("simulate", "explain")},  # no jitter: nothing to refuse
     ("plan", "--oversubscription", "fraction"): True, ("plan", "--max-memory-gib", "fraction"): True,
-    ("simulate", "--bucket-mib", "fraction"): True,
-    **{(c, "--seed", "huge-int"): True for c in ("simulate", "real")},  # any seed is a seed
-    ("simulate", "--bucket-mib", "huge-int"): True,  # 10^9 MiB: one bucket (the chainermn preset writes 1e9)
-    ("simulate", "--single-gpu-samples-per-s", "huge-int"): True,  # a fast GPU on a tiny model
+    **{(c, "--bucket-mib", "fraction"): True for c in ("simulate", "explain")},
+    **{(c, "--seed", "huge-int"): True for c in ("simulate", "real", "explain")},  # any seed is a seed
+    # 10^9 MiB: one bucket (the chainermn preset writes 1e9)
+    **{(c, "--bucket-mib", "huge-int"): True for c in ("simulate", "explain")},
+    # a fast GPU on a tiny model
+    **{(c, "--single-gpu-samples-per-s", "huge-int"): True for c in ("simulate", "explain")},
     # limits: a huge one is no limit
     **{("plan", f, "huge-int"): True for f in ("--top", "--max-tp", "--max-pp", "--max-micro-batches",
                                                "--max-candidates")},
@@ -180,6 +185,8 @@ NAME_FLAGS = {
                  "--protocol", "--collective", "--precision", "--fidelity", "--codec", "--codec-path", "--schedule",
                  "--ps-mode", "--ps-placement", "--flow-engine", "--nccl-version", "--mpi-library", "--mpi-gpu-buffers",
                  "--host"],
+    "explain": ["--model", "--gpu", "--intra-link", "--inter-link", "--framework", "--backend", "--collective",
+                "--codec", "--host", "--nccl-version"],
     "plan": ["--model", "--gpu", "--intra-link", "--inter-link", "--precision", "--objective", "--backends",
              "--collectives", "--codecs", "--schedules", "--bucket-mib"],
     "collective": ["--op", "--backend", "--gpu", "--intra-link", "--inter-link", "--algo", "--proto", "--nccl-version",
@@ -207,6 +214,8 @@ def name_cases() -> list[Case]:
 INPUT_PATHS = {
     # (command, how the path is given): the base arguments the path joins
     ("simulate", "CONFIG"): ["simulate"], ("simulate", "--catalog"): ["simulate"],
+    ("explain", "CONFIG"): ["explain", "--measured-iteration-s", "0.01"],
+    ("explain", "--catalog"): ["explain", "--measured-iteration-s", "0.01"],
     ("run", "CONFIG"): ["run", "--no-plot", "--no-progress"], ("plan", "CONFIG"): ["plan", "--model", "mlp"],
     ("list", "--catalog"): ["list", "links"], ("collective", "--catalog"): ["collective", "-b", "8", "-e", "8"],
     ("regress", "--suite"): ["regress"], ("regress", "--baselines"): ["regress", "--quiet"],
@@ -220,7 +229,7 @@ INPUT_PATHS = {
     ("simulate", "fabric"): ["simulate", "--gpus", "4", "--gpus-per-node", "1"],
 }
 DIRECTORY_INPUTS = {("regress", "--baselines"), ("plot", "RESULTS"), ("report", "RESULTS"), ("validate", "--data")}
-YAML_INPUTS = {("simulate", "CONFIG"), ("simulate", "--catalog"), ("run", "CONFIG"), ("plan", "CONFIG"),
+YAML_INPUTS = {("simulate", "CONFIG"), ("simulate", "--catalog"), ("explain", "CONFIG"), ("explain", "--catalog"), ("run", "CONFIG"), ("plan", "CONFIG"),
                ("list", "--catalog"), ("collective", "--catalog"), ("regress", "--suite"), ("real", "CONFIG"),
                ("simulate", "fabric")}
 
@@ -380,6 +389,8 @@ SECTION_KEYS = {
     "faults": ("workload: mlp\ncluster: {gpus: 4, gpus_per_node: 2}\n", "faults",
                {"fail_rank": "int", "fail_at_s": "float", "checkpoint_interval_s": "float", "checkpoint_s": "float",
                 "restart_s": "float"}, ["simulate", "c.yaml", "--iterations", "3"]),
+    "variability": ("workload: mlp\ncluster: {gpus: 4, gpus_per_node: 2}\n", "variability",
+                    {"stragglers": "bool", "gpu_cv": "float", "iteration_cv": "float"}, ["simulate", "c.yaml"]),
     "catalog link": ("workload: mlp\ncluster: {gpus: 4, gpus_per_node: 2, inter_link: x}\n", "catalog.links.x",
                      {"bandwidth_Gbps": "float", "latency_us": "float", "software_latency_us": "float",
                       "efficiency": "float", "mtu_bytes": "int", "per_flow_Gbps": "float", "tcp_window_MiB": "float",
@@ -407,7 +418,10 @@ SECTION_BASES = {
 }
 SECTION_OK = {
     # (what, key, family): legitimate values
-    ("experiment", "seed", "zero"), ("heterogeneity", "jitter_cv", "zero"), ("heterogeneity", "slow_nodes", "zero"),
+    ("experiment", "seed", "zero"), ("variability", "gpu_cv", "zero"), ("variability", "iteration_cv", "zero"),
+    ("variability", "gpu_cv", "fraction"), ("variability", "iteration_cv", "fraction"),  # 2.5: a wide spread, < 10
+    ("variability", "stragglers", "bool"),
+    ("heterogeneity", "jitter_cv", "zero"), ("heterogeneity", "slow_nodes", "zero"),
     ("faults", "fail_rank", "zero"), ("faults", "fail_at_s", "zero"), ("faults", "fail_at_s", "inf"),
     ("faults", "checkpoint_interval_s", "inf"), ("faults", "fail_at_s", "huge"), ("faults", "checkpoint_interval_s", "huge"), ("faults", "checkpoint_s", "zero"), ("faults", "restart_s", "zero"),
     ("catalog link", "latency_us", "zero"), ("catalog link", "software_latency_us", "zero"),
