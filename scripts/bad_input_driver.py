@@ -125,6 +125,7 @@ NUMBER_OK = {
                                                "--max-candidates")},
     ("collective", "--stepfactor", "huge-int"): True,  # one size: -b
     ("real", "--bucket-mib", "huge-int"): True,  # one bucket
+    **{("plan", f, "huge-int"): True for f in ("--max-cp", "--max-vpp", "--max-ep")},
 }
 SKIP_FLAGS = {
     # flags whose good path measures this machine for minutes (calibrate, validate's harness) or
@@ -168,11 +169,16 @@ def number_cases() -> list[Case]:
     return cases
 
 
+EXCLUSIVE = {("explain", "--measured-samples-per-s"): "--measured-iteration-s"}
+"""A flag the base sets that the one tried excludes (one measurement or the other)."""
+
+
 def _base_without(command: str, flag: str) -> list[str]:
     base = list(COMMAND_BASES.get(command, []))
-    if flag in base:
-        i = base.index(flag)
-        del base[i:i + 2]
+    for name in (flag, EXCLUSIVE.get((command, flag))):
+        if name in base:
+            i = base.index(name)
+            del base[i:i + 2]
     return base
 
 

@@ -55,6 +55,16 @@ CASES = {
     "bench-async-steps": ({}, ["bench", "--async-workers", "65536", "--async-iterations", "101"],
                           "--async-iterations: got 101; allowed: at most 100 with 65,536 workers"),
     "bench-async-jitter-nan": ({}, ["bench", "--async-jitter-cv", "nan"], "--async-jitter-cv: got nan"),
+    # explain's measurement: a day per iteration is a typo, one faster than a kernel launch (v100: 5 us in
+    # sim/data/gpus.yaml) cannot be; 64 samples per GPU x 4 replicas at 1e30 samples/s would be 2.56e-28 s
+    "explain-iteration-1e30": ({}, ["explain", *SIM[1:], "--measured-iteration-s", "1e30"],
+                               "--measured-iteration-s: got 1e+30; allowed: a finite positive number at most 86400"),
+    "explain-iteration-1ns": ({}, ["explain", *SIM[1:], "--measured-iteration-s", "1e-9"],
+                              "--measured-iteration-s: got 1e-09; allowed: an iteration of at least one kernel launch "
+                              "on v100 (5 us"),
+    "explain-throughput-1e30": ({}, ["explain", *SIM[1:], "--measured-samples-per-s", "1e30"],
+                                "--measured-samples-per-s: got 1e+30; allowed: an iteration of at least one kernel "
+                                "launch on v100 (5 us, its catalog's launch_overhead_us): this one would take 2.56e-28 s"),
     # files
     "empty-catalog-list": ({"k.yaml": ""}, ["list", "links", "--catalog", "k.yaml"],
                            "catalog: got 'k.yaml'; allowed: a catalog file with at least one entry under gpus: or "
@@ -294,3 +304,19 @@ def test_real_counts_that_would_run_for_ever_are_bounded(flag, tmp_path, monkeyp
     check_one_line_error(tmp_path, monkeypatch, capsys, {}, ["real", "--model", "mlp", "--gpus", "1", flag,
                                                              "1000000000", "--out", "r.csv"],
                          f"{flag.lstrip('-')}: got 1000000000; allowed: a")
+
+
+def test_plan_max_vpp_huge_is_no_limit_and_quick():
+    """Found by scripts/bad_input_driver.py: --max-vpp 10^9 looped 10^9 times per layout (a hang past
+    60 s). A huge limit is no limit: GPT-2 small's 12 blocks on pp 2 interleave only where 2 x vpp
+    divides 12 (by hand: vpp 1, 2, 3, 6), with 1F1B and micro-batches a multiple of 2."""
+    from sim.planner import plan_request_from_dict
+    from sim.planner.space import vpp_degrees
+
+    spec = {"workload": {"model": "gpt2_small"}, "cluster": {"gpus": 8, "gpus_per_node": 8}}
+    huge = plan_request_from_dict({**spec, "plan": {"max_vpp": 10**9}})
+    start = time.perf_counter()
+    assert vpp_degrees(huge, 2, 4, "1f1b", units=14) == [1, 2, 3, 6]
+    assert time.perf_counter() - start < 0.1
+    assert vpp_degrees(huge, 2, 3, "1f1b", units=14) == [1]  # micro-batches not a multiple of pp
+    assert vpp_degrees(plan_request_from_dict({**spec, "plan": {"max_vpp": 2}}), 2, 4, "1f1b", units=14) == [1, 2]
