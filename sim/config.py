@@ -223,6 +223,7 @@ def inapplicable_settings(spec: dict[str, Any], scenario: Scenario) -> list[tupl
         return part if isinstance(part, dict) else {}
 
     strategy, simulation, cluster = section("strategy"), section("simulation"), section("cluster")
+    variability = section("variability")
     s, c = scenario.strategy, scenario.cluster
     if "schedule" in strategy and s.pp == 1:
         out.append(("strategy.schedule", strategy["schedule"], "only with pipeline stages (strategy.pp > 1): one stage "
@@ -237,6 +238,10 @@ def inapplicable_settings(spec: dict[str, Any], scenario: Scenario) -> list[tupl
     if "placement" in cluster and (c.topology is None or c.topology.fabric.kind == "single_switch"):
         out.append(("cluster.placement", cluster["placement"], "only on a fabric (cluster.topology fat_tree, "
                     "rail_optimized or a fabric file): on one switch every placement is the same"))
+    for key in ("gpu_cv", "iteration_cv"):
+        if variability.get(key) is not None and not scenario.variability.stragglers:
+            out.append((f"variability.{key}", variability[key], "only with stragglers on (variability.stragglers "
+                        "false, --no-stragglers: every rank at its nominal speed, no spread)"))
     return out
 
 

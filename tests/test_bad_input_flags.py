@@ -33,6 +33,13 @@ CASES = {
                      "strategy.backend: got 'nccl'; allowed: gloo or mpi on cpu"),
     "address-without-executor": ({"mini.yaml": MINI_RUN}, ["run", "mini.yaml", "--address", "127.0.0.1:8786", "--dry-run"],
                                  "--address: got '127.0.0.1:8786'; allowed: only with --executor dask or ray"),
+    "gpu-cv-without-stragglers": ({}, [*SIM, "--no-stragglers", "--gpu-cv", "0.05"],
+                                  "--gpu-cv: got 0.05; allowed: only with stragglers on"),
+    "explain-iteration-cv-without-stragglers": ({}, ["explain", *SIM[1:], "--no-stragglers", "--iteration-cv", "0.05",
+                                                     "--measured-iteration-s", "0.001"],
+                                                "--iteration-cv: got 0.05; allowed: only with stragglers on"),
+    "explain-schedule-without-pp": ({}, ["explain", *SIM[1:], "--schedule", "gpipe", "--measured-iteration-s", "0.001"],
+                                    "--schedule: got 'gpipe'; allowed: only with pipeline"),
     "bench-async-flag-without-async": ({}, ["bench", "--async-workers", "0", "--async-iterations", "5"],
                                        "--async-iterations: got 5; allowed: only with the asynchronous run"),
     "bench-plan-flag-without-plan": ({}, ["bench", "--plan-repeats", "0", "--plan-gpus", "0"],
@@ -134,7 +141,7 @@ def test_a_config_key_that_does_nothing_gets_a_note(tmp_path, monkeypatch, capsy
     nothing for this one run is said on stderr; the run goes on."""
     monkeypatch.chdir(tmp_path)
     Path("c.yaml").write_text("workload: mlp\nstrategy: {schedule: gpipe, ps_servers: 3}\n"
-                              "simulation: {flow_engine: event}\n")
+                              "simulation: {flow_engine: event}\nvariability: {stragglers: false, gpu_cv: 0.02}\n")
     assert main(["simulate", "c.yaml"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
@@ -143,7 +150,9 @@ def test_a_config_key_that_does_nothing_gets_a_note(tmp_path, monkeypatch, capsy
         "scalebench simulate: note: strategy.ps_servers 3 does nothing here: only with strategy.collective ps (here "
         "auto: no parameter servers)",
         "scalebench simulate: note: simulation.flow_engine 'event' does nothing here: only with simulation.fidelity "
-        "detailed (the fast path runs no flows)"]
+        "detailed (the fast path runs no flows)",
+        "scalebench simulate: note: variability.gpu_cv 0.02 does nothing here: only with stragglers on "
+        "(variability.stragglers false, --no-stragglers: every rank at its nominal speed, no spread)"]
 
 
 def test_a_sweep_may_set_a_schedule_for_its_pipeline_points(tmp_path, monkeypatch, capsys):

@@ -56,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
     from sim.catalog import load_catalog_file
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
-    scenario = scenario_from_dict(scenario_dict_from_args(args, DEFAULT_SCENARIO), catalog)
+    spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
+    scenario = scenario_from_dict(spec, catalog)
+    from scalebench.commands.simulate import _inapplicable, _say
+
+    _say(_inapplicable(args, spec, scenario, "explain"))  # a flag that does nothing is refused, a key noted
     calibration = _throughput_calibration(args)
     if calibration:
         from sim.calibration import apply_throughput_calibration

@@ -99,7 +99,7 @@ def overhead_s(scenario) -> float:
     s, c = scenario.strategy, scenario.cluster
     return (s.iteration_overhead_s + (s.multi_gpu_overhead_s if c.world_size > 1 else 0.0)
             + (s.inter_node_overhead_s if c.nodes > 1 else 0.0))
-def _inapplicable(args: argparse.Namespace, spec: dict, scenario) -> list[str]:
+def _inapplicable(args: argparse.Namespace, spec: dict, scenario, prog: str = "simulate") -> list[str]:
     """Settings that do nothing here (sim.config.inapplicable_settings): a flag given on the command
     line is refused (one line naming it), a config file's key gets a note on stderr."""
     from sim.config import inapplicable_settings
@@ -112,7 +112,7 @@ def _inapplicable(args: argparse.Namespace, spec: dict, scenario) -> list[str]:
     for field, value, why in inapplicable_settings(spec, scenario):
         if field in flags:
             raise ConfigError("--" + flags[field].replace("_", "-"), value, why)
-        notes.append(f"scalebench simulate: note: {field} {value!r} does nothing here: {why}")
+        notes.append(f"scalebench {prog}: note: {field} {value!r} does nothing here: {why}")
     return notes
 
 
