@@ -278,13 +278,9 @@ def claims_markdown(results_root: str | Path) -> str:
 
 
 def update_readme(readme: str | Path, table: str) -> None:
-    from sim.fileio import atomic_write_text
+    from sim.fileio import atomic_write_text, read_input_text
 
-    try:
-        text = Path(readme).read_text(encoding="utf-8")
-    except (OSError, ValueError) as err:  # ValueError: UnicodeDecodeError
-        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
-        raise ConfigError("--readme", str(readme), f"a readable UTF-8 file ({reason})") from None
+    text = read_input_text("--readme", readme, what="a readable UTF-8 file")
     if BEGIN not in text or END not in text:
         raise ConfigError("--readme", str(readme), f"a file with the markers {BEGIN} and {END}")
     head, rest = text.split(BEGIN, 1)

@@ -197,6 +197,64 @@ def _case(where: str, case: Any) -> dict[str, Any]:
     return {**case, "label": str(label)}
 
 
+def check_axes(axes: dict[str, list[Any]]) -> None:
+    """Axes that would label rows wrongly (issue 29: the README's own example swept
+    cluster.inter_link while its cases set it too; which won was not said, 18 points ran once and
+    were labelled with the link they did not run on): a field set by two axes, or by an axis and a
+    case, or twice inside a case (``cluster`` and ``cluster.gpus``); a value given twice on an axis;
+    two cases with one label or with the same settings. Each is a ConfigError naming the later one."""
+    setters: list[tuple[str, str, Any]] = []  # (dotted field, where it is set, the value there): axes, then cases
+    for name, values in axes.items():
+        if name == CASE_AXIS:
+            labels: dict[str, int] = {}
+            settings: dict[str, int] = {}
+            for i, case in enumerate(values):
+                where = f"sweep.{CASE_AXIS}[{i}]"
+                if case["label"] in labels:
+                    raise ConfigError(f"{where}.label", case["label"], f"a label no other case has (case "
+                                      f"[{labels[case['label']]}] has it: one series would hold both cases' rows)")
+                labels[case["label"]] = i
+                same = _key({k: v for k, v in case.items() if k != "label"})
+                if same in settings:
+                    raise ConfigError(where, _short({k: v for k, v in case.items() if k != "label"}),
+                                      f"settings no other case has (case [{settings[same]}] sets the same: the two "
+                                      "labels would share one point)")
+                settings[same] = i
+                inside = [k for k in case if k != "label"]
+                for n, key in enumerate(inside):
+                    clash = next((o for o in inside[:n] if _overlap(o, key)), None)
+                    if clash is not None:
+                        raise ConfigError(f"{where}.{key}", case[key], f"a field not set again inside the case "
+                                          f"({clash} covers it too)")
+                setters += [(key, f"{where}.{key}", case[key]) for key in inside]
+        else:
+            seen: dict[str, int] = {}
+            for i, value in enumerate(values):
+                if _key(value) in seen:
+                    raise ConfigError(f"sweep.{name}[{i}]", _short(value), f"each value once (it is also value "
+                                      f"[{seen[_key(value)]}]: both would run as one point)")
+                seen[_key(value)] = i
+            setters.append((name, f"sweep.{name}", _short(values)))
+    for j, (path, where, value) in enumerate(setters):
+        for other_path, other_where, _ in setters[:j]:
+            cases = where.startswith(f"sweep.{CASE_AXIS}[") and other_where.startswith(f"sweep.{CASE_AXIS}[")
+            if _overlap(path, other_path) and not cases:  # every case sets its own fields: that is what cases are
+                raise ConfigError(where, value, f"a field no other axis sets ({other_where} sets {other_path} too, "
+                                  "and which would win is not said: sweep it in one place, as an axis or in the cases)")
+
+
+def _overlap(a: str, b: str) -> bool:
+    """One dotted field is the other or inside it (``cluster`` and ``cluster.gpus``)."""
+    pa, pb = a.split("."), b.split(".")
+    return pa[:len(pb)] == pb or pb[:len(pa)] == pa
+
+
+def _key(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def set_dotted(spec: dict[str, Any], path: str, value: Any) -> None:
     """Set ``a.b.c`` in a nested mapping, creating sections; ``workload: resnet50`` becomes a mapping."""
     parts = path.split(".")
@@ -229,13 +287,16 @@ def experiment_from_dict(raw: Any, default_name: str = "experiment") -> Experime
     if unknown:
         raise ConfigError(f"config.{unknown[0]}", _short(raw[unknown[0]]), "known keys: " + ", ".join(sorted(EXPERIMENT_KEYS)))
     name = raw.get("name", default_name)
-    if not isinstance(name, str) or not name or any(c in name for c in "/\\ ") or name.startswith("."):
-        raise ConfigError("name", name, "a non-empty name without slashes or spaces (it names results/<name>/)")
+    if (not isinstance(name, str) or not name or any(c in name for c in "/\\") or name.startswith(".")
+            or any(c.isspace() or not c.isprintable() for c in name)):
+        raise ConfigError("name", name, "a non-empty name without slashes, spaces, tabs, newlines or other control "
+                          "characters (it names results/<name>/ and the plots' titles)")
     sweep = raw.get("sweep") or {}
     if not isinstance(sweep, dict):
         raise ConfigError("sweep", sweep, "a mapping of dotted field -> list or {geometric: ...}")
     max_points = require_positive("max_points", raw.get("max_points", DEFAULT_MAX_POINTS), integer=True)
     axes = {str(k): expand_axis(str(k), v, max_points) for k, v in sweep.items()}
+    check_axes(axes)
     base = {k: copy.deepcopy(raw[k]) for k in SCENARIO_KEYS if k in raw}
     base["name"] = name
     experiment = Experiment(

@@ -33,9 +33,12 @@ OTHER = ("other", "#cccccc", "")
 
 def load_trace(path: str | Path) -> dict[str, Any]:
     """A timeline file; a one-line error for anything that is not one."""
+    from sim.fileio import read_input_bytes
+
+    raw = read_input_bytes("--timeline", path, what="a timeline JSON from simulate --trace or real --trace")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
         raise ConfigError("--timeline", str(path), f"a timeline JSON from simulate --trace or real --trace "
                           f"({getattr(err, 'strerror', None) or type(err).__name__})") from None
     from real.kineto import is_profiler_trace, profiler_timeline
@@ -46,6 +49,29 @@ def load_trace(path: str | Path) -> dict[str, Any]:
         raise ConfigError("--timeline", str(path), "a Chrome trace object with traceEvents (simulate --trace, real "
                           "--trace or torch.profiler's export_chrome_trace)")
     return data
+
+
+def check_spans(path: str | Path, doc: dict[str, Any]) -> dict[str, Any]:
+    """A timeline to draw: at least one span ("ph": "X"), each with a process and thread id and a
+    finite start and non-negative duration in microseconds; a one-line error naming the file and the
+    event otherwise (issue 29: no events ended in a numpy traceback, NaN timestamps drew nothing)."""
+    import math
+
+    spans = [e for e in doc["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    if not spans:
+        raise ConfigError("--timeline", str(path), "a timeline with at least one span (an event with \"ph\": \"X\"); "
+                          "this one has none")
+    for i, e in enumerate(spans):
+        for key, least in (("ts", -math.inf), ("dur", 0.0)):
+            value = e.get(key, 0.0 if key == "dur" else None)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < least:
+                raise ConfigError(f"--timeline {path} span {i} ({str(e.get('name', ''))[:40]!r}) {key}", value,
+                                  "a finite number of microseconds" + (" >= 0" if key == "dur" else ""))
+        for key in ("pid", "tid"):
+            if isinstance(e.get(key), bool) or not isinstance(e.get(key), (int, str)):
+                raise ConfigError(f"--timeline {path} span {i} ({str(e.get('name', ''))[:40]!r}) {key}", e.get(key),
+                                  "a process or thread id (a number or a name)")
+    return doc
 
 
 def _category(name: str, phase: str | None = None) -> tuple[str, str, str]:
@@ -81,7 +107,7 @@ def _rows(doc: dict[str, Any]) -> tuple[list[tuple[int, int]], dict[tuple[int, i
 
 def plot_timelines(paths: list[str | Path], stem: Path) -> list[Path]:
     """One panel per timeline, top to bottom in the order given, on a shared time axis (ms)."""
-    docs = [load_trace(p) for p in paths]
+    docs = [check_spans(p, load_trace(p)) for p in paths]
     layouts = [_rows(doc) for doc in docs]
     heights = [max(1, len(keys)) for keys, _ in layouts]
     fig, axes = plt.subplots(len(docs), 1, sharex=True, squeeze=False, figsize=(11, 1.4 + 0.55 * sum(heights) + 0.9 * len(docs)),

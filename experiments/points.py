@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,21 @@ from experiments.config import Experiment, Point, base_catalog
 from sim.errors import ConfigError
 
 POINT_ID_CHARS = 16
+
+
+@dataclass(frozen=True)
+class PointFailed:
+    """A point whose computation raised something other than a refusal of its input (a defect of
+    the simulator or of the harness, a measured run that failed): its reason on one line. The
+    runner records it in meta.json's ``failed`` and goes on with the sweep; the next run tries it
+    again (no point file is written)."""
+
+    reason: str
+
+    @classmethod
+    def of(cls, err: BaseException) -> PointFailed:
+        text = " ".join(str(err).split()) or "(no message)"
+        return cls(f"{type(err).__name__}: {text}"[:300])
 
 
 def point_id(point: Point, experiment: Experiment) -> str:
@@ -112,16 +128,23 @@ def run_columns(spec: dict[str, Any], calibration: dict[str, Any] | None, iterat
     }
 
 
-def run_sim_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any] | ConfigError]]:
+PointOutcome = dict[str, Any] | ConfigError | PointFailed
+"""A point's columns, the refusal of its input (skipped), or the reason it failed."""
+
+
+def run_sim_chunk(payloads: list[dict[str, Any]]) -> list[tuple[str, PointOutcome]]:
     """Several points in one task (fewer round trips to the worker): [(point_id, columns)], or
-    (point_id, the ConfigError) for a point the simulator refuses, so one such point costs
-    itself and not the sweep (the runner reports it as skipped)."""
-    out: list[tuple[str, dict[str, Any] | ConfigError]] = []
+    (point_id, the ConfigError) for a point the simulator refuses, or (point_id, PointFailed) for
+    one that raised anything else, so one such point costs itself and not the sweep (the runner
+    reports the first as skipped, the second as failed)."""
+    out: list[tuple[str, PointOutcome]] = []
     for p in payloads:
         try:
             out.append((p["point_id"], run_sim_payload(p)))
         except ConfigError as err:
             out.append((p["point_id"], err))
+        except Exception as err:  # noqa: BLE001 - a defect costs its point; the reason is kept and shown
+            out.append((p["point_id"], PointFailed.of(err)))
     return out
 
 

@@ -12,6 +12,7 @@ rewritten only on purpose, with ``--update``.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,12 +82,14 @@ def simulate_scenario(raw: dict[str, Any]) -> tuple[str, dict[str, float], list[
 def read_baseline(path: Path) -> dict[str, dict[str, Any]]:
     """point_id -> row of a baseline CSV; an unreadable file, a missing column or a value that is
     not a finite number (a time that is not > 0) is a ConfigError naming the file and row."""
-    if not path.is_file():
+    if not path.exists():
         return {}
+    from sim.fileio import read_input_text
+
+    text = read_input_text(str(path), path, what="a baseline CSV (`scalebench regress --update` rewrites it)")
     try:
-        with path.open(encoding="utf-8", newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except (OSError, ValueError, csv.Error) as err:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except (ValueError, csv.Error) as err:
         raise ConfigError(str(path), "unreadable", f"a baseline CSV ({type(err).__name__}); "
                           "`scalebench regress --update` rewrites it") from None
     out = {}
@@ -136,10 +139,27 @@ def compare(name: str, rows: list[dict[str, Any]], baseline: dict[str, dict[str,
     return checks
 
 
+def check_baselines_dir(path: Path, names: list[str]) -> None:
+    """Baselines to compare with: a directory holding at least one of the suite's ``<name>.csv``
+    (issue 29: a missing directory, a file or an empty directory gave exit 1 and nothing on stderr,
+    every point NEW). A scenario whose file is missing while others are there is NEW: a new scenario."""
+    wanted = ", ".join(f"{n}.csv" for n in names if n)
+    if not path.exists():
+        raise ConfigError("--baselines", str(path), f"a directory of baselines ({wanted}); it does not exist "
+                          "(`scalebench regress --update --baselines DIR` writes them)")
+    if not path.is_dir():
+        raise ConfigError("--baselines", str(path), f"a directory of baselines ({wanted}), not a file")
+    if not any((path / f"{n}.csv").is_file() for n in names if n):
+        raise ConfigError("--baselines", str(path), f"a directory holding the suite's baselines ({wanted}); it has "
+                          "none of them (`scalebench regress --update --baselines DIR` writes them)")
+
+
 def run_suite(suite: str | Path, baselines_dir: str | Path, update: bool = False) -> list[Check]:
     """Simulate the suite; compare with (or, with ``update``, rewrite) the baselines."""
     tolerance, scenarios = load_suite(suite)
     baselines_dir = Path(baselines_dir)
+    if not update:
+        check_baselines_dir(baselines_dir, [str(raw.get("name", "")) for raw in scenarios])
     checks: list[Check] = []
     for raw in scenarios:
         name, override, rows = simulate_scenario(raw)

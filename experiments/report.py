@@ -102,6 +102,9 @@ def render_markdown(result_dir: str | Path) -> str:
     if meta.get("skipped"):
         parts.append("\n## Invalid combinations left out\n")
         parts += [f"- {s['axes']}: {s['reason']}\n" for s in meta["skipped"]]
+    if meta.get("failed"):
+        parts.append("\n## Points that failed (not in the tables; the next run tries them again)\n")
+        parts += [f"- {s['axes']}: {s['reason']}\n" for s in meta["failed"]]
     return "\n".join(parts)
 
 
@@ -127,6 +130,10 @@ def render_html(result_dir: str | Path) -> str:
     if meta.get("skipped"):
         body.append("<h2>Invalid combinations left out</h2><ul>")
         body += [f"<li>{esc(str(s['axes']))}: {esc(s['reason'])}</li>" for s in meta["skipped"]]
+        body.append("</ul>")
+    if meta.get("failed"):
+        body.append("<h2>Points that failed (not in the tables; the next run tries them again)</h2><ul>")
+        body += [f"<li>{esc(str(s['axes']))}: {esc(s['reason'])}</li>" for s in meta["failed"]]
         body.append("</ul>")
     body += ["<h2>Config</h2>", f"<pre>{esc(config)}</pre>"]
     # Tables fit the page: the table takes the page's width, headers and text cells wrap, numbers

@@ -24,13 +24,21 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from experiments.config import Experiment, Point, Skipped, expand
 from experiments.point_locks import PointLocks
-from experiments.points import axis_columns, point_id, provenance, run_real_point, run_sim_chunk
+from experiments.points import (
+    PointFailed,
+    PointOutcome,
+    axis_columns,
+    point_id,
+    provenance,
+    run_real_point,
+    run_sim_chunk,
+)
 from experiments.store import ResultDir
 from sim.errors import ConfigError
 
@@ -56,6 +64,9 @@ class RunSummary:
     wall_s: float
     by_others: int = 0
     """Points another run (sharing the results directory) computed while this one waited."""
+    failed: list[Skipped] = field(default_factory=list)
+    """Points whose computation raised (not a refusal of their input), with the reason: the sweep
+    went on without them (meta.json ``failed``), and the next run tries them again."""
 
 
 def make_executor(kind: str, jobs: int, address: str | None = None) -> cf.Executor:
@@ -212,7 +223,8 @@ def run_experiment(
     measure: Callable[..., dict[str, Any]] | None = None,
     log: Callable[[str], None] = print,
 ) -> RunSummary:
-    """Run every point not yet in ``out_dir`` (all of them with ``force``)."""
+    """Run every point not yet in ``out_dir`` (all of them with ``force``, which also takes over at once
+    the point locks this host cannot check: experiments/point_locks.py)."""
     start = time.perf_counter()
     points, skipped = plan(experiment, measure)
     ids = [point_id(p, experiment) for p in points]
@@ -252,9 +264,11 @@ def run_experiment(
         log(f"reusing points computed at git revision {', '.join(sorted(map(str, older)))} "
             f"(now {stamp['git_revision']}); --force recomputes them")
 
-    locks = PointLocks(store.points_dir)
+    locks = PointLocks(store.points_dir, force=force, log=log)
     ours: set[str] = set()
     refused: list[Skipped] = []
+    failed: list[Skipped] = []
+    failed_ids: set[str] = set()
     before = {pid: before_all[pid] for pid in todo}  # --force, or unreadable: files to replace
 
     def written_meanwhile(pid: str) -> bool:
@@ -271,11 +285,18 @@ def run_experiment(
             return False
         return True
 
-    def finish(pid: str, columns: dict[str, Any] | ConfigError) -> None:
+    def finish(pid: str, columns: PointOutcome) -> None:
         point = by_id[pid]
         if isinstance(columns, ConfigError):  # refused by the simulator itself: skipped, reported
             refused.append(Skipped(point.axes, str(columns)))
             log(f"skipped {axes_text(point.axes)}: {columns}")
+        elif isinstance(columns, PointFailed):  # raised: recorded with its reason, the sweep goes on
+            failed.append(Skipped({**point.axes, "point_id": pid}, columns.reason))
+            failed_ids.add(pid)
+            log(f"failed {axes_text(point.axes)} (point {pid}): {columns.reason}")
+            locks.release(pid)
+            bar.update(1)
+            return
         else:
             row = {"point_id": pid, "source": point.source, "repetition": point.repetition,
                    **axis_columns(point.axes), **columns, **stamp}
@@ -295,7 +316,16 @@ def run_experiment(
             for got, columns in run_sim_chunk([_payload(pid, by_id, experiment)]):
                 finish(got, columns)
         else:
-            finish(pid, run_real_point(by_id[pid].spec, experiment.real, measure))
+            finish(pid, measure_here(pid))
+
+    def measure_here(pid: str) -> PointOutcome:
+        """One measured point: its columns, or why it was refused or failed (the sweep goes on)."""
+        try:
+            return run_real_point(by_id[pid].spec, experiment.real, measure)
+        except ConfigError as err:
+            return err
+        except Exception as err:  # noqa: BLE001 - a run that failed (RunFailed) or a defect: recorded, shown
+            return PointFailed.of(err)
 
     sim_todo = [pid for pid in todo if by_id[pid].source == "sim"]
     real_todo = [pid for pid in todo if by_id[pid].source == "real"]
@@ -305,8 +335,8 @@ def run_experiment(
         _run_sim(sim_todo, by_id, experiment, jobs, executor, address, take, finish)
         for pid in real_todo:
             if take(pid):
-                finish(pid, run_real_point(by_id[pid].spec, experiment.real, measure))
-        _wait_for_others([pid for pid in todo if pid not in ours], store, locks, take, compute_here, log,
+                finish(pid, measure_here(pid))
+        _wait_for_others([pid for pid in todo if pid not in ours and pid not in failed_ids], store, locks, take, compute_here, log,
                          written_meanwhile)
     except KeyboardInterrupt:
         kept = len(store.finished_ids() & set(order))
@@ -316,11 +346,11 @@ def run_experiment(
     finally:
         locks.release_all()
         bar.close()
-        if refused:
-            store.write_meta(experiment, order, skipped + refused)
+        if refused or failed:
+            store.write_meta(experiment, order, skipped + refused, failed)
         rows = store.rebuild_csv(order)
     return RunSummary(store.path, len(order), len(done), len(ours) - len(refused), skipped + refused, rows,
-                      time.perf_counter() - start, len(todo) - len(ours))
+                      time.perf_counter() - start, len(todo) - len(ours) - len(failed), failed)
 
 
 def axes_text(axes: dict[str, Any]) -> str:
@@ -366,7 +396,7 @@ def _payload(pid: str, by_id: dict[str, Point], experiment: Experiment) -> dict[
 
 def _run_sim(pids: list[str], by_id: dict[str, Point], experiment: Experiment, jobs: int, executor: str,
              address: str | None, take: Callable[[str], bool],
-             finish: Callable[[str, dict[str, Any] | ConfigError], None]) -> None:
+             finish: Callable[[str, PointOutcome], None]) -> None:
     """Compute the points of ``pids`` this run can ``take``, calling ``finish`` for each as it arrives."""
     if not pids:
         return

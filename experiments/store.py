@@ -67,15 +67,18 @@ class ResultDir:
     def readable_point(self, pid: str) -> dict[str, Any] | None:
         """``read_point``, or None when the file is missing, truncated or not a point (a run
         killed by the machine, a disk that filled up): such a point counts as not finished."""
-        try:
-            point = json.loads(self.point_path(pid).read_text(encoding="utf-8"))
+        from sim.fileio import read_input_text
+
+        try:  # bounded: a point file that is a pipe or a device is not a point (ConfigError is a ValueError)
+            point = json.loads(read_input_text("point", self.point_path(pid)))
         except (OSError, ValueError):  # ValueError: JSONDecodeError, UnicodeDecodeError
             return None
         if not isinstance(point, dict) or not isinstance(point.get("row"), dict) or not isinstance(point.get("spec"), dict):
             return None
         return point
 
-    def write_meta(self, experiment: Experiment, ids: list[str], skipped: list[Skipped]) -> None:
+    def write_meta(self, experiment: Experiment, ids: list[str], skipped: list[Skipped],
+                   failed: list[Skipped] | None = None) -> None:
         atomic_write_text(self.path / "experiment.yaml", yaml.safe_dump(experiment.raw, sort_keys=False))
         atomic_write_json(self.path / META_JSON, {
             "name": experiment.name,
@@ -85,14 +88,19 @@ class ResultDir:
             "backend": experiment.backend,
             "point_ids": ids,
             "skipped": [{"axes": s.axes, "reason": s.reason} for s in skipped],
+            "failed": [{"axes": s.axes, "reason": s.reason} for s in failed or []],
         })
 
     def meta(self) -> dict[str, Any]:
         path = self.path / META_JSON
         if not path.is_file():
             raise ConfigError("results", str(self.path), "a directory written by `scalebench run` (meta.json missing)")
+        from sim.fileio import read_input_text
+
         try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta = json.loads(read_input_text(str(path), path, what="the JSON `scalebench run` writes"))
+        except ConfigError:
+            raise
         except (OSError, ValueError) as err:
             raise ConfigError(str(path), "unreadable", f"the JSON `scalebench run` writes ({_reason(err)}); "
                               "run the experiment again to rewrite it") from None
@@ -102,8 +110,12 @@ class ResultDir:
     def experiment_text(self) -> str:
         """experiment.yaml as written (the config as run)."""
         path = self.path / "experiment.yaml"
+        from sim.fileio import read_input_text
+
         try:
-            return path.read_text(encoding="utf-8")
+            return read_input_text(str(path), path, what="the config `scalebench run` saves")
+        except ConfigError:
+            raise
         except (OSError, ValueError) as err:
             raise ConfigError(str(path), "unreadable", f"the config `scalebench run` saves ({_reason(err)}); "
                               "run the experiment again to rewrite it") from None
@@ -155,10 +167,23 @@ class ResultDir:
         if missing:
             raise ConfigError(str(self.csv_path), f"no column {missing[0]}", "the columns `scalebench run` writes: "
                               + ", ".join(required) + " (run the experiment again to rebuild it)")
-        text = [c for c in required if c not in ("point_id", "source", "mode") and len(df)
-                and not pd.api.types.is_numeric_dtype(df[c])]
+        numeric = [c for c in required if c not in ("point_id", "source", "mode")]
+        text = [c for c in numeric if len(df) and not pd.api.types.is_numeric_dtype(df[c])]
         if text:
             raise ConfigError(f"{self.csv_path} column {text[0]}", _short(df[text[0]].iloc[0]), "numbers")
+        # a row without its size or time, or a column with no number at all, would draw an empty or
+        # misplaced plot without a word (issue 29: a results.csv of NaN plotted 'successfully')
+        # (a plan point where nothing fits has a row of plan_error and no figures: experiments/plan_points.py)
+        failed = df["plan_error"].notna() & (df["plan_error"].astype(str) != "") if "plan_error" in df.columns else \
+            pd.Series(False, index=df.index)
+        for c in numeric:
+            finite = df[c].map(lambda v: isinstance(v, (int, float)) and v == v and abs(v) != float("inf")) | failed
+            if len(df) and not failed.all() and (not finite[~failed].any() or (c in KEY_COLUMNS and not finite.all())):
+                row = int((~finite).to_numpy().nonzero()[0][0])
+                value = df[c].iloc[row]
+                raise ConfigError(f"{self.csv_path} column {c} row {row + 1}",
+                                  _short(value.item() if hasattr(value, "item") else value),
+                                  "a finite number (run the experiment again to rebuild it)")
         return df
 
 
@@ -169,6 +194,9 @@ RUN_REQUIRED_COLUMNS = ("point_id", "source", "world_size", "mode", "iterations"
                         "effective_samples_per_s", "staleness_mean", "staleness_p95", "wall_time_s", "lost_work_s",
                         "restarts")
 """What the plots and tables of multi-iteration runs read (experiments/plots_runs.py, tables.py)."""
+KEY_COLUMNS = ("world_size", "iteration_time_s", "wall_time_s")
+"""Columns every row needs as a finite number (its size and its time); the others may be NaN in some
+rows (not measured), never in all of them."""
 META_LISTS = ("axes", "series_axes")
 
 
@@ -181,9 +209,10 @@ def _check_meta(path: Path, meta: Any) -> None:
         value = meta.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{path} {key}", value, "a list of axis names (run the experiment again)")
-    skipped = meta.get("skipped", [])
-    if not isinstance(skipped, list) or not all(isinstance(s, dict) and {"axes", "reason"} <= set(s) for s in skipped):
-        raise ConfigError(f"{path} skipped", _short(skipped), "a list of {axes, reason} (run the experiment again)")
+    for key in ("skipped", "failed"):
+        listed = meta.get(key, [])
+        if not isinstance(listed, list) or not all(isinstance(s, dict) and {"axes", "reason"} <= set(s) for s in listed):
+            raise ConfigError(f"{path} {key}", _short(listed), "a list of {axes, reason} (run the experiment again)")
 
 
 def _reason(err: BaseException) -> str:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from real.cli import add_arguments, spec_from_args
+    from real.cli import add_arguments, apply_defaults, spec_from_args
     from sim.errors import ConfigError
 
     parser = argparse.ArgumentParser(prog="python -m real", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = apply_defaults(parser.parse_args(argv))
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         print("python -m real: error: RANK/WORLD_SIZE not set: start it with torchrun "
               "(on one machine, `scalebench real --gpus N` launches the ranks itself)", file=sys.stderr)

@@ -228,7 +228,8 @@ def calibrate(out_dir: str | Path, *, models: list[str] | None = None, colocated
     mem_GiB = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     catalog = {
         "gpus": {DEVICE_NAME: {
-            "kind": "cpu", "peak_tflops": {"fp32": round(dev["sgemm_flops"] / 1e12, 6)}, "efficiency": 1.0,
+            "kind": "cpu",  # collectives default to gloo on it, as the harness runs them (not NCCL)
+            "peak_tflops": {"fp32": round(dev["sgemm_flops"] / 1e12, 6)}, "efficiency": 1.0,
             "memory_bandwidth_GBps": round(2 * dev["copy_Bps"] / 1e9, 3), "memory_GiB": round(mem_GiB, 1),
             "launch_overhead_us": round(dev["op_latency_s"] * 1e6, 3),
             "source": f"scalebench calibrate {time.strftime('%Y-%m-%d')} on {cpu_model()}, {os.cpu_count()} cores, "

@@ -37,11 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, metavar="INT", help="torch threads per rank (default: cores / ranks)")
     g.add_argument("--link", metavar="RATE", help=f"emulate a link in a network namespace (root, tc): {', '.join(LINKS)} "
                    "or any <number>mbit|gbit; default: loopback, unshaped")
-    g.add_argument("--topology", default="shared", choices=TOPOLOGIES,
+    g.add_argument("--topology", default=None, choices=TOPOLOGIES,
                    help="with --link: shared (one tbf for all flows, default) or per_link (htb per connection)")
-    g.add_argument("--iterations", type=int, default=20, metavar="N", help="timed iterations per phase (default 20)")
-    g.add_argument("--warmup", type=int, default=3, metavar="N", help="untimed iterations first (default 3)")
-    g.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+    g.add_argument("--iterations", type=int, default=None, metavar="N", help="timed iterations per phase (default 20)")
+    g.add_argument("--warmup", type=int, default=None, metavar="N", help="untimed iterations first (default 3)")
+    g.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="seconds without progress before a run is stopped (default 60)")
     g.add_argument("--out", metavar="FILE", help="write the row(s) to this CSV or JSON file (atomically); training rows "
                    "go to results/real/<model>-<strategy>-<n>-<id>.csv unless given")
@@ -56,9 +56,67 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--comm", action="store_true", help="collective microbenchmarks (nccl-tests style) instead of training")
     g.add_argument("--collectives", nargs="+", metavar="NAME",
                    help="with --comm: which collectives (default: all of real/bench_comm.py's COLLECTIVES)")
-    g.add_argument("--max-bytes", type=byte_size, default=64 * 2**20, metavar="SIZE",
+    g.add_argument("--max-bytes", type=byte_size, default=None, metavar="SIZE",
                    help="with --comm: largest message, e.g. 256M or 1G (default 64M)")
     g.add_argument("--bench", action="store_true", help="the harness benchmark (see real/benchmarks.py)")
+
+
+DEFAULTS = {"topology": "shared", "iterations": 20, "warmup": 3, "timeout": 60.0, "max_bytes": 64 * 2**20}
+"""The harness flags' defaults, filled in by ``apply_defaults`` once ``check_flags`` has seen what was given."""
+TRAINING_ONLY = ("model", "batch_size", "collective", "ps_servers", "bucket_mib", "codec", "pp", "micro_batches",
+                 "schedule", "ps_mode", "seed", "overlap", "real_strategy", "lr", "trace", "config")
+"""Flags of a training measurement: --comm and --bench measure no model."""
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """A harness flag that does not apply to what was asked is a one-line error, not ignored
+    (issue 29: --topology without --link, --comm with --bench, --threads 0 were accepted)."""
+    from sim.errors import ConfigError
+
+    def given(dest: str) -> bool:  # --no-overlap stores False; store_true flags default to False
+        value = getattr(args, dest, None)
+        return value is not None and (value is not False or dest == "overlap")
+
+    def flag(dest: str) -> str:
+        return "CONFIG" if dest == "config" else "--" + {"real_strategy": "strategy", "overlap": "no-overlap"}.get(
+            dest, dest).replace("_", "-")
+
+    if args.comm and args.bench:
+        raise ConfigError("--comm", True, "one of --comm (collective microbenchmarks) and --bench (the harness "
+                          "benchmark), not both")
+    if args.bench:
+        for dest in (*TRAINING_ONLY, "gpus", "threads", "link", "topology", "iterations", "warmup", "timeout",
+                     "collectives", "max_bytes", "backend"):
+            if given(dest):
+                raise ConfigError(flag(dest), getattr(args, dest), "nothing with --bench (it runs its own fixed cases: "
+                                  "real/benchmarks.py)")
+    if args.comm:
+        for dest in TRAINING_ONLY:
+            if given(dest):
+                raise ConfigError(flag(dest), getattr(args, dest), "nothing with --comm (collective microbenchmarks "
+                                  "measure no model: --gpus, --collectives, --max-bytes, --link, --backend apply)")
+    else:
+        for dest in ("collectives", "max_bytes"):
+            if given(dest):
+                raise ConfigError(flag(dest), getattr(args, dest), "only with --comm")
+    if args.link is not None and not str(args.link).strip():
+        raise ConfigError("--link", args.link, "a rate such as 100mbit, 1gbit or 10gbit (leave --link out for the "
+                          "unshaped loopback)")
+    if given("topology") and not given("link"):
+        raise ConfigError("--topology", args.topology, "only with --link (it says how the emulated link is shaped; "
+                          "the unshaped loopback has no topology)")
+    if given("threads"):
+        from sim.errors import require_positive
+
+        require_positive("--threads", args.threads, integer=True, maximum=1024,
+                         why="torch threads per rank; leave it out for cores / ranks")
+
+
+def apply_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    for dest, value in DEFAULTS.items():
+        if getattr(args, dest, None) is None:
+            setattr(args, dest, value)
+    return args
 
 
 REAL_FLAGS = ("real_strategy", "backend", "device", "lr", "threads")
@@ -68,6 +126,13 @@ REAL_FLAGS = ("real_strategy", "backend", "device", "lr", "threads")
 
 def spec_from_args(args: argparse.Namespace) -> dict:
     spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
+    if not args.config:  # named after what runs (this machine's CPU over loopback), not the simulator's v100
+        from real.config import measured_labels
+        from sim.flags import default_name
+
+        cluster = spec.get("cluster") if isinstance(spec.get("cluster"), dict) else {}
+        labels = measured_labels(getattr(args, "backend", None) or "gloo", getattr(args, "link", None))
+        spec["name"] = default_name({**spec, "cluster": {**cluster, **labels}}).replace(" ", "_")
     real = spec.setdefault("real", {})
     for flag in REAL_FLAGS:
         value = getattr(args, flag, None)

@@ -72,10 +72,18 @@ class ProfileTimes:
                 f"(loss, optimizer, ...) {self.other_s * 1e3:.4g} ms per step")
 
 
+TRACE_MAX_BYTES = 2 * 2**30
+"""A profiler trace of a few steps is MiB to hundreds of MiB; past 2 GiB it is not one (a device, a dump)."""
+
+
 def _load(path: str | Path) -> Any:
+    from sim.fileio import read_input_text
+
+    text = read_input_text("--profile", path, what="a Chrome trace JSON written by torch.profiler",
+                           limit_bytes=TRACE_MAX_BYTES)
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        return json.loads(text)
+    except ValueError as err:
         raise ConfigError("--profile", str(path), f"a Chrome trace JSON written by torch.profiler "
                           f"({getattr(err, 'strerror', None) or type(err).__name__})") from None
 

@@ -103,6 +103,11 @@ def row_from_raw(scenario, options, raw: dict[str, Any], *, iterations: int, war
     return row
 
 
+MAX_TIMED_ITERATIONS = 100_000
+"""Iterations of a measured phase at most (assumed: the default is 20; 100,000 of a 1 ms step are
+minutes per phase; a billion ran for ever, found by scripts/bad_input_driver.py)."""
+MAX_TIMEOUT_S = 86_400.0
+"""A step without progress for a day is a hang (assumed; 1e30 s overflowed the launcher's C int, issue 29)."""
 TOPOLOGIES = ("shared", "per_link")
 
 
@@ -110,9 +115,11 @@ def check_run_options(*, iterations: Any, warmup: Any, timeout_s: Any, link: Any
                       min_time_s: Any = 0.0, max_iterations: Any = 0, where: str = "") -> None:
     """measure_point's own arguments, checked before anything starts (``where``: the config
     section they came from, e.g. ``real.``)."""
-    require_positive(f"{where}iterations", iterations, integer=True)
-    require_positive(f"{where}warmup", warmup, integer=True, allow_zero=True)
-    require_positive(f"{where}timeout_s", timeout_s)
+    require_positive(f"{where}iterations", iterations, integer=True, maximum=MAX_TIMED_ITERATIONS,
+                     why="timed iterations per phase; the harness' default is 20")
+    require_positive(f"{where}warmup", warmup, integer=True, allow_zero=True, maximum=MAX_TIMED_ITERATIONS,
+                     why="untimed iterations first; the default is 3")
+    require_positive(f"{where}timeout_s", timeout_s, maximum=MAX_TIMEOUT_S, why="a day without progress")
     if topology not in TOPOLOGIES:
         raise ConfigError(f"{where}topology", topology, TOPOLOGIES)
     if link:

@@ -31,12 +31,23 @@ class NetnsUnavailable(ConfigError):
     """No root, or no ip/tc: the emulated links cannot be set up here."""
 
 
+MIN_RATE_BPS = 1e6
+"""Slowest emulated link (assumed: below 1 Mbit/s a run's 64 MiB collective takes minutes, past
+the harness' timeouts). tc itself refuses a rate of 0 with its usage text (issue 29)."""
+MAX_RATE_BPS = 1e12
+"""Fastest: tbf's 64-bit rate (TCA_TBF_RATE64) goes far beyond, but a loopback moves a few GB/s
+here (DESIGN.md: memcpy 4 GB/s), so 1 Tbit/s already shapes nothing."""
+
+
 def parse_rate(link: str) -> float:
-    """'100mbit' | '1gbit' | '10gbit' | '<n>mbit|gbit' -> bits per second."""
+    """'100mbit' | '1gbit' | '10gbit' | '<n>mbit|gbit' -> bits per second, within MIN/MAX_RATE_BPS."""
     m = _RATE.match(str(link).strip().lower())
     if not m:
         raise ConfigError("--link", link, "a rate such as 100mbit, 1gbit or 10gbit")
-    return float(m.group(1)) * (1e6 if m.group(2) == "mbit" else 1e9)
+    rate = float(m.group(1)) * (1e6 if m.group(2) == "mbit" else 1e9)
+    if not MIN_RATE_BPS <= rate <= MAX_RATE_BPS:
+        raise ConfigError("--link", link, "a rate from 1mbit to 1000gbit (e.g. 100mbit, 1gbit, 10gbit)")
+    return rate
 
 
 def availability() -> tuple[bool, str]:

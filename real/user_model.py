@@ -105,10 +105,16 @@ def parse_shape(text: str, where: str = "--input-shape") -> tuple[int, ...]:
 
 def user_batch_of(shape: tuple[int, ...], dtype: str, tokens: int | None, device: str):
     """real.derive's BatchOf: the input at batch n (n replaces the first dimension); the loss is
-    the sum of the floating outputs (its own FLOPs are not counted: not a matmul)."""
+    the sum of the floating outputs (its own FLOPs are not counted: not a matmul). On the meta
+    device the input is a meta tensor (nothing allocated, whatever its size); on the CPU one that
+    does not fit in the memory available is refused before it is made (check_input_memory)."""
 
     def batch_of(n: int):
         size = (n, *shape[1:])
+        if device == "meta":
+            return (torch.empty(size, dtype=torch.long if tokens is not None else DTYPES[dtype], device="meta"),), \
+                _sum_outputs
+        check_input_memory(size, dtype, tokens, shape)
         generator = torch.Generator().manual_seed(0)
         if tokens is not None:
             x = torch.randint(0, tokens, size, generator=generator)
@@ -117,6 +123,28 @@ def user_batch_of(shape: tuple[int, ...], dtype: str, tokens: int | None, device
         return (x.to(device),), _sum_outputs
 
     return batch_of
+
+
+def input_bytes(size: tuple[int, ...], dtype: str, tokens: int | None) -> int:
+    """Bytes of the input tensor as made on the CPU: int64 token ids, or an fp32 draw (then cast)."""
+    elems = 1
+    for d in size:
+        elems *= d
+    return elems * 8 if tokens is not None else elems * 4
+
+
+def check_input_memory(size: tuple[int, ...], dtype: str, tokens: int | None, given: tuple[int, ...] = ()) -> None:
+    """``--device cpu``: the input alone must fit in the memory available (MemAvailable); its
+    activations come on top (issue 29: a 206 GB input was allocated until the machine swapped)."""
+    from real.launch import memory_available_bytes
+
+    need = input_bytes(size, dtype, tokens)
+    free = memory_available_bytes()
+    if free is not None and need > free:
+        raise ConfigError("--input-shape", ",".join(map(str, given or size)), "an input that fits in this machine's "
+                          f"available memory on --device cpu (the table is counted at batch {size[0]}: {need / 2**30:,.1f} "
+                          f"GiB asked, {free / 2**30:,.1f} GiB available; "
+                          "--device meta allocates nothing)")
 
 
 def _sum_outputs(out: Any) -> torch.Tensor:

@@ -96,6 +96,7 @@ def _raise_terminated(signum, frame):
 def main(argv: list[str] | None = None) -> int:
     import signal
 
+    _reopen_closed_streams()
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
@@ -103,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else EXIT_OK
     if extra:  # a flag of another command (real has no --gpu): said by the command it was given to
         print(f"scalebench {args.command}: error: unrecognized arguments: {' '.join(extra)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    empty = _empty_value(parser, args)
+    if empty is not None:
+        print(f"scalebench {args.command}: error: {empty[0]}: got {empty[1]!r}; allowed: a non-empty value (an empty "
+              "string would be taken as the flag not given)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if _STDOUT_CLOSED:
+        print(f"scalebench {args.command}: error: stdout: got 'closed'; allowed: an open standard output (redirect "
+              "it to a file or to /dev/null instead of closing it: >&- leaves nowhere to print)", file=sys.stderr)
         return EXIT_BAD_INPUT
     from scalebench import log
 
@@ -124,11 +134,61 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as err:  # not the input's fault (bad paths are ConfigErrors): a full disk, an I/O error
-        print(f"scalebench {args.command}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        print(f"scalebench {args.command}: error: {os_error_text(err)}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _empty_value(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str] | None:
+    """The first flag (or positional) given an empty or blank string: ``--trace ''`` wrote nothing,
+    ``-o ''`` printed to stdout, ``--results ''`` wrote into the current directory, without a word."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for action in sub.choices[args.command]._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        blank = next((v for v in values if isinstance(v, str) and not v.strip()), None)
+        if blank is not None:
+            return (action.option_strings[-1] if action.option_strings else action.dest.upper()), blank
+    return None
+
+
+def os_error_text(err: OSError) -> str:
+    """An OSError on one line, the file first: 'results/x.json: No space left on device (ENOSPC)'."""
+    import errno
+
+    code = f" ({errno.errorcode[err.errno]})" if err.errno in errno.errorcode else ""
+    what = f"{err.strerror}{code}" if err.strerror else str(err)
+    text = f"{err.filename}: {what}" if err.filename else what
+    return " ".join(text.split())
+
+
+_STDOUT_CLOSED = False
+"""Standard output was closed when scalebench started (``>&-``): every command refuses to run."""
+
+
+def _reopen_closed_streams() -> None:
+    """A closed stdout or stderr (``scalebench list links >&-``) leaves sys.stdout None (or writing
+    into nothing), and the first print a traceback: put /dev/null on the descriptor, so that nothing
+    else lands there (a file the command opens next would get descriptor 1), and remember that
+    stdout was closed; a closed stderr stays quiet (there is nowhere to say anything)."""
+    import os
+
+    global _STDOUT_CLOSED
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        setattr(sys, name, open(fd, "w", encoding="utf-8", errors="replace", closefd=False))  # noqa: SIM115
+        if fd == 1:
+            _STDOUT_CLOSED = True
 
 
 def _quiet_stdout() -> None:

@@ -198,6 +198,8 @@ def calibrated_scenario(spec: dict[str, Any], path: str | Path) -> Scenario:
 
 # -- one measured single-GPU figure --------------------------------------------------------
 
+MAX_ITERATION_S = 86_400.0
+"""A measured single-GPU iteration of more than a day is a typo (assumed; issue 29: 1e30 s passed)."""
 THROUGHPUT_KEYS = ("single_gpu_samples_per_s", "single_gpu_iteration_time_s", "batch_size", "source")
 
 
@@ -220,7 +222,8 @@ def compute_scale_factor(scenario: Scenario, calibration: dict[str, Any]) -> flo
     batch = int(calibration.get("batch_size", scenario.workload.batch_size))
     if "single_gpu_iteration_time_s" in calibration:
         field = "calibration.single_gpu_iteration_time_s"
-        figure = float(require_positive(field, calibration["single_gpu_iteration_time_s"]))
+        figure = float(require_positive(field, calibration["single_gpu_iteration_time_s"], maximum=MAX_ITERATION_S,
+                                        why="a day per iteration is a typo"))
         measured_s = figure
     else:
         field = "calibration.single_gpu_samples_per_s"

@@ -217,6 +217,16 @@ def _nccl_protocols(here: str, spec: Any) -> tuple[tuple[str, float, float], ...
         out.append((proto, _factor(f"{where}.bandwidth_factor", factors.get("bandwidth_factor", 1.0)),
                     _factor(f"{where}.latency_factor", factors.get("latency_factor", 1.0))))
     return tuple(out)
+MAX_LATENCY_US = 1e7
+"""Typo guards on catalog entries (issue 29's families: 1e30 passed everywhere), each far past the
+hardware there is: 10 s of latency per message (a geostationary hop is 0.25 s), an MTU of 65,536
+(the loopback's), 100 TiB of device memory, 1 s of launch overhead, compute capability < 100,
+10,000 SMs, 1,024 NVLinks (assumed, all of them). Rates are not bounded above: a free link or an
+ideal device is written as a very large rate (the tests' ``bandwidth_GBps: 1e9``), the limit of
+what is not the bottleneck; only NaN and infinity are refused."""
+MAX_MTU_BYTES = 65536
+MAX_MEMORY_GIB = 100 * 1024.0
+MAX_LAUNCH_US = 1e6
 
 
 def _fraction(field_name: str, value: Any) -> float:
@@ -224,6 +234,15 @@ def _fraction(field_name: str, value: Any) -> float:
     if value > 1:
         raise ConfigError(field_name, value, "a fraction in (0, 1]")
     return float(value)
+
+
+def _rate(field_name: str, value: Any) -> float:
+    return float(require_positive(field_name, value))
+
+
+def _latency(field_name: str, value: Any, scale: float = 1.0) -> float:
+    """A latency in us (``scale`` 1) or ms (1e3), at most MAX_LATENCY_US."""
+    return float(require_positive(field_name, value, allow_zero=True, maximum=MAX_LATENCY_US / scale, why="10 s"))
 
 
 def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
@@ -266,16 +285,22 @@ def gpu_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.gpus",
     return GPU(
         name=name,
         peak_flops=flops,
-        memory_bandwidth_Bps=gbyte_per_s_to_Bps(require_positive(f"{where}.{name}.memory_bandwidth_GBps", spec["memory_bandwidth_GBps"])),
-        memory_bytes=require_size(f"{where}.{name}.memory_GiB", spec["memory_GiB"], "GiB") * GIB,
+        memory_bandwidth_Bps=gbyte_per_s_to_Bps(require_positive(f"{where}.{name}.memory_bandwidth_GBps",
+                                                                 spec["memory_bandwidth_GBps"])),
+        memory_bytes=require_size(f"{where}.{name}.memory_GiB", spec["memory_GiB"], "GiB", maximum=MAX_MEMORY_GIB,
+                                  why="100 TiB per device") * GIB,
         efficiency=_fraction(f"{where}.{name}.efficiency", spec.get("efficiency", 0.5)),
         launch_overhead_s=us_to_s(
-            require_positive(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True)
+            require_positive(f"{where}.{name}.launch_overhead_us", spec.get("launch_overhead_us", 0), allow_zero=True,
+                             maximum=MAX_LAUNCH_US, why="a second per kernel launch")
         ),
         kind=kind,
-        compute_capability=None if cc is None else float(require_positive(f"{where}.{name}.compute_capability", cc)),
-        nvlinks=require_positive(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True),
-        sm_count=require_positive(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True),
+        compute_capability=None if cc is None else float(require_positive(f"{where}.{name}.compute_capability", cc,
+                                                                          maximum=99.9, why="major.minor, e.g. 9.0")),
+        nvlinks=require_positive(f"{where}.{name}.nvlinks", spec.get("nvlinks", 0), integer=True, allow_zero=True,
+                                 maximum=1024),
+        sm_count=require_positive(f"{where}.{name}.sm_count", spec.get("sm_count", 0), integer=True, allow_zero=True,
+                                  maximum=10_000),
         node=None if spec.get("node") is None else node_from_dict(spec["node"], f"{where}.{name}.node"),
         compute_scale=scale,
         host=host,
@@ -307,14 +332,14 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
     base = None
     if "base" in spec:
         known = links or {}
-        if spec["base"] not in known:
+        if not isinstance(spec["base"], str) or spec["base"] not in known:
             raise ConfigError(f"{here}.base", spec["base"], known)
         base = known[spec["base"]]
     has_gbit, has_gbyte = "bandwidth_Gbps" in spec, "bandwidth_GBps" in spec
     if has_gbit and has_gbyte or (base is None and not (has_gbit or has_gbyte)):
         raise ConfigError(here, sorted(spec), "exactly one of bandwidth_Gbps, bandwidth_GBps (or a base link)")
     if has_gbit:
-        bandwidth = gbit_per_s_to_Bps(require_positive(f"{here}.bandwidth_Gbps", spec["bandwidth_Gbps"]))
+        bandwidth = gbit_per_s_to_Bps(_rate(f"{here}.bandwidth_Gbps", spec["bandwidth_Gbps"]))
     elif has_gbyte:
         bandwidth = gbyte_per_s_to_Bps(require_positive(f"{here}.bandwidth_GBps", spec["bandwidth_GBps"]))
     else:
@@ -323,22 +348,23 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
     if kind not in LINK_KINDS:
         raise ConfigError(f"{here}.kind", kind, LINK_KINDS)
     if "latency_us" in spec:
-        latency_s = us_to_s(require_positive(f"{here}.latency_us", spec["latency_us"], allow_zero=True))
+        latency_s = us_to_s(_latency(f"{here}.latency_us", spec["latency_us"]))
     elif base is not None:
         latency_s = base.latency_s
     else:
         raise ConfigError(f"{here}.latency_us", None, "a non-negative number (required)")
-    software_s = (us_to_s(require_positive(f"{here}.software_latency_us", spec["software_latency_us"], allow_zero=True))
+    software_s = (us_to_s(_latency(f"{here}.software_latency_us", spec["software_latency_us"]))
                   if "software_latency_us" in spec else (base.software_latency_s if base else 0.0))
-    mtu = int(require_size(f"{here}.mtu_bytes", spec["mtu_bytes"], "bytes", integer=True)) if "mtu_bytes" in spec else (
+    mtu = int(require_size(f"{here}.mtu_bytes", spec["mtu_bytes"], "bytes", integer=True, maximum=MAX_MTU_BYTES,
+                           why="the loopback's MTU")) if "mtu_bytes" in spec else (
         base.mtu_bytes if base else 1500)
     if mtu <= TCP_IP_HEADER_BYTES:
         raise ConfigError(f"{here}.mtu_bytes", mtu, f"more than the {TCP_IP_HEADER_BYTES} bytes of TCP/IP headers")
-    per_flow = (gbit_per_s_to_Bps(require_positive(f"{here}.per_flow_Gbps", spec["per_flow_Gbps"]))
+    per_flow = (gbit_per_s_to_Bps(_rate(f"{here}.per_flow_Gbps", spec["per_flow_Gbps"]))
                 if "per_flow_Gbps" in spec else (base.per_flow_bandwidth_Bps if base else None))
     window = (require_size(f"{here}.tcp_window_MiB", spec["tcp_window_MiB"], "MiB") * 2**20
               if "tcp_window_MiB" in spec else (base.tcp_window_bytes if base else None))
-    stream = (gbit_per_s_to_Bps(require_positive(f"{here}.tcp_stream_Gbps", spec["tcp_stream_Gbps"]))
+    stream = (gbit_per_s_to_Bps(_rate(f"{here}.tcp_stream_Gbps", spec["tcp_stream_Gbps"]))
               if "tcp_stream_Gbps" in spec else (base.tcp_stream_Bps if base else None))
     nic_vendor = spec.get("nic_vendor", base.nic_vendor if base else None)
     if nic_vendor is not None and nic_vendor not in NIC_VENDORS:
@@ -351,10 +377,10 @@ def link_from_dict(name: str, spec: dict[str, Any], where: str = "catalog.links"
             raise ConfigError(f"{here}.tc", tc, "a mapping with keys " + ", ".join(_TC_KEYS))
         reject_unknown_keys(f"{here}.tc", tc, _TC_KEYS)
         if "rate_Gbps" in tc:
-            bandwidth = min(bandwidth, gbit_per_s_to_Bps(require_positive(f"{here}.tc.rate_Gbps", tc["rate_Gbps"])))
+            bandwidth = min(bandwidth, gbit_per_s_to_Bps(_rate(f"{here}.tc.rate_Gbps", tc["rate_Gbps"])))
             shaped = True
         if "delay_ms" in tc:
-            latency_s += require_positive(f"{here}.tc.delay_ms", tc["delay_ms"], allow_zero=True) * 1e-3
+            latency_s += _latency(f"{here}.tc.delay_ms", tc["delay_ms"], scale=1e3) * 1e-3
     if "efficiency" in spec:
         efficiency = _fraction(f"{here}.efficiency", spec["efficiency"])
     elif kind == "tcp":
@@ -535,4 +561,9 @@ def host_of(cluster: Any) -> Host:
 def load_catalog_file(path: str | Path, base: Catalog | None = None) -> Catalog:
     """Extend ``base`` (the built-in catalog by default) with a YAML file of gpus/links."""
     data = read_yaml(path, what="catalog")
+    if data is None or (isinstance(data, dict) and not any(data.get(k) for k in ("gpus", "links"))):
+        if isinstance(data, dict):
+            reject_unknown_keys(str(path), data, ("gpus", "links"))
+        raise ConfigError("catalog", str(path), "a catalog file with at least one entry under gpus: or links: (it "
+                          f"{'adds nothing' if data else 'is empty'}; `scalebench calibrate` writes one)")
     return (base or builtin_catalog()).extended(data, where=str(path))

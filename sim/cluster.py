@@ -17,6 +17,16 @@ MAX_WORLD_SIZE = 2**20
 """1,048,576 GPUs: 64 x the 16,384 H100s of the largest published training run (Llama 3, arXiv:2407.21783,
 section 3.3). A sanity bound on input (1e12 GPUs is a typo), not a limit of the fast path."""
 _WHY_MAX = "64 x the 16,384 GPUs of the largest published training run; a bound against typos"
+MAX_GPUS_PER_NODE = 1024
+"""A bound against typos (issue 29: 10^6 GPUs per node passed): the largest NVLink domain announced
+holds 576 GPUs (NVIDIA Vera Rubin NVL576, GTC 2025), GB200 NVL72 ships 72; assumed: 1,024 leaves room
+for CPU ranks per host."""
+MAX_NICS_PER_GPU = 4
+"""NICs per GPU of the densest node design published: AWS p5/p5e.48xlarge, 32 EFA devices for 8
+H100/H200 (AWS EC2 User Guide, 'EFA configuration for P5 instances'; torchx named_resources_aws.py:
+devices EFA 32, gpu 8). More NICs than that per GPU would multiply the model's inter-node rate
+(a ring's load is oversubscription / nics_per_node) past what any node has (1,000 NICs on a
+4-GPU node was accepted, issue 29)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,7 +91,11 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
     gpu = catalog.gpu(spec.get("gpu", DEFAULT_GPU), f"{where}.gpu")
     spec = {**node_defaults(spec, gpu), **spec}
     per_node = require_positive(f"{where}.gpus_per_node", spec.get("gpus_per_node", 1), integer=True,
-                                maximum=MAX_WORLD_SIZE, why=_WHY_MAX)
+                                maximum=MAX_GPUS_PER_NODE, why="576 GPUs share the largest NVLink domain announced "
+                                "(NVL576); a bound against typos")
+    nics = require_positive(f"{where}.nics_per_node", spec.get("nics_per_node", 1), integer=True,
+                            maximum=MAX_NICS_PER_GPU * per_node, why=f"{MAX_NICS_PER_GPU} per GPU with gpus_per_node="
+                            f"{per_node}: AWS p5 has 32 NICs for 8 GPUs, the most per GPU of any published node")
     if "gpus" in spec:
         world = require_positive(f"{where}.gpus", spec["gpus"], integer=True, maximum=MAX_WORLD_SIZE, why=_WHY_MAX)
         if "nodes" in spec:
@@ -112,7 +126,7 @@ def cluster_from_dict(spec: dict[str, Any], catalog: Catalog, where: str = "clus
         inter_link=_on_host(catalog.link(spec.get("inter_link", DEFAULT_INTER_LINK), _named(where, spec, "inter_link", gpu)),
                             host),
         host=host,
-        nics_per_node=require_positive(f"{where}.nics_per_node", spec.get("nics_per_node", 1), integer=True),
+        nics_per_node=nics,
         oversubscription=float(_at_least_one(f"{where}.oversubscription", spec.get("oversubscription", 1.0))),
     )
     if "topology" not in spec and "placement" not in spec:
@@ -207,8 +221,12 @@ def attach_topology(cluster: Cluster, topology: dict[str, Any], placement: Any, 
     return replace(cluster, inter_link=seen, oversubscription=view.load_factor, topology=t)
 
 
+MAX_OVERSUBSCRIPTION = 100.0
+"""Switch oversubscription above 100:1 is a typo (assumed: published fabrics run 1:1 to a few to one)."""
+
+
 def _at_least_one(field_name: str, value: Any) -> float:
-    require_positive(field_name, value)
+    require_positive(field_name, value, maximum=MAX_OVERSUBSCRIPTION, why="a ratio; 1 = non-blocking")
     if value < 1:
         raise ConfigError(field_name, value, "a number >= 1 (1 = non-blocking)")
     return float(value)

@@ -73,7 +73,17 @@ def resolve_paths(spec: Any, base_dir: str | Path) -> Any:
 
 
 def resolve_path(path: str, base_dir: str | Path) -> str:
-    return path if not path or Path(path).is_absolute() else str((Path(base_dir) / path).resolve())
+    """``path`` relative to ``base_dir``, absolute; symlinks resolved where they resolve (a loop is
+    left for the reader to name in one line: Path.resolve raised RuntimeError on it)."""
+    if not path or Path(path).is_absolute():
+        return path
+    joined = Path(base_dir) / path
+    try:
+        return str(joined.resolve())
+    except (OSError, RuntimeError):
+        import os
+
+        return os.path.abspath(joined)
 
 
 def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, extra_keys: tuple[str, ...] = ()) -> Scenario:
@@ -118,6 +128,9 @@ def resolve_backend(strategy: Strategy, cluster: Cluster) -> Strategy:
     """The strategy with its collective library named (NCCL on GPUs, gloo on CPUs) and its
     algorithm and protocol checked against what that library offers."""
     backend = strategy.backend or default_backend(cluster.gpu)
+    if backend == "nccl" and cluster.gpu.kind == "cpu":
+        raise ConfigError("strategy.backend", backend, f"gloo or mpi on {cluster.gpu.name} (a CPU: kind cpu in the "
+                          "catalog); NCCL runs on NVIDIA GPUs", related=("cluster.gpu",))
     library = BACKENDS[backend]
     composed = ("auto", "hierarchical", "hierarchical_root", "ps")
     if strategy.collective not in composed and strategy.collective not in library.algorithms:
@@ -205,6 +218,42 @@ def _require_compute(scenario: Scenario) -> None:
         raise ConfigError("workload.layers", f"{w.name}: every layer takes 0 s on {gpu.name}",
                           "at least one layer with FLOPs, activations or measured times > 0 (or a GPU with a launch "
                           "overhead)", related=("cluster.gpu", "catalog"))
+
+
+PS_KEYS = ("ps_servers", "ps_mode", "ps_placement", "ps_layout", "max_staleness", "staleness_penalty")
+"""Strategy keys of the parameter server: they do nothing unless the collective is ps."""
+
+
+def inapplicable_settings(spec: dict[str, Any], scenario: Scenario) -> list[tuple[str, Any, str]]:
+    """The settings ``spec`` gives explicitly that do nothing for ``scenario``: (field, value, why).
+    A single run says so (``scalebench simulate``: an error for a flag, a note for a config key); a
+    sweep may set them in its base for the points where they apply (a schedule for the pp > 1 ones)."""
+    out: list[tuple[str, Any, str]] = []
+    def section(name: str) -> dict[str, Any]:
+        part = spec.get(name)
+        return part if isinstance(part, dict) else {}
+
+    strategy, simulation, cluster = section("strategy"), section("simulation"), section("cluster")
+    variability = section("variability")
+    s, c = scenario.strategy, scenario.cluster
+    if "schedule" in strategy and s.pp == 1:
+        out.append(("strategy.schedule", strategy["schedule"], "only with pipeline stages (strategy.pp > 1): one stage "
+                    "has no schedule"))
+    for key in PS_KEYS:
+        if key in strategy and s.collective != "ps":
+            out.append((f"strategy.{key}", strategy[key], f"only with strategy.collective ps (here "
+                        f"{s.collective}: no parameter servers)"))
+    if simulation.get("flow_engine", "auto") != "auto" and scenario.fidelity != "detailed":
+        out.append(("simulation.flow_engine", simulation["flow_engine"], "only with simulation.fidelity detailed (the "
+                    "fast path runs no flows)"))
+    if "placement" in cluster and (c.topology is None or c.topology.fabric.kind == "single_switch"):
+        out.append(("cluster.placement", cluster["placement"], "only on a fabric (cluster.topology fat_tree, "
+                    "rail_optimized or a fabric file): on one switch every placement is the same"))
+    for key in ("gpu_cv", "iteration_cv"):
+        if variability.get(key) is not None and not scenario.variability.stragglers:
+            out.append((f"variability.{key}", variability[key], "only with stragglers on (variability.stragglers "
+                        "false, --no-stragglers: every rank at its nominal speed, no spread)"))
+    return out
 
 
 def load_scenario(path: str | Path, catalog: Catalog | None = None) -> Scenario:

@@ -141,6 +141,11 @@ def variability_from_dict(spec: Any, where: str = "variability") -> Variability:
     )
 
 
+MAX_RECOVERY_S = 86_400.0
+"""Writing a checkpoint or restarting a job takes seconds to minutes; past a day it is a typo
+(assumed; issue 29's families: 1e30 s passed)."""
+
+
 def faults_from_dict(spec: Any, where: str = "faults") -> Faults:
     if spec is None:
         return Faults()
@@ -154,8 +159,11 @@ def faults_from_dict(spec: Any, where: str = "faults") -> Faults:
             raise ConfigError(f"{where}.fail_at_s", None, "the failure time in seconds (with fail_rank)")
 
     def seconds(key: str, default: float, never: bool = False) -> float:
-        # fail_at_s and checkpoint_interval_s may be .inf: no failure, no checkpoint
-        return float(require_positive(f"{where}.{key}", spec.get(key, default), allow_zero=True, allow_inf=never))
+        # fail_at_s and checkpoint_interval_s may be .inf: no failure, no checkpoint; writing a
+        # checkpoint or restarting takes a finite time, at most MAX_RECOVERY_S
+        return float(require_positive(f"{where}.{key}", spec.get(key, default), allow_zero=True, allow_inf=never,
+                                      maximum=None if never else MAX_RECOVERY_S,
+                                      why="" if never else "a day: a typo beyond it"))
 
     interval = float(require_positive(f"{where}.checkpoint_interval_s", spec.get("checkpoint_interval_s", math.inf),
                                       allow_inf=True))

@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.errors import require_choice
+from sim.errors import ConfigError, require_choice
 
 FRAMEWORKS: dict[str, dict[str, Any]] = {
     "pytorch_ddp": {"bucket_mib": 25.0, "first_bucket_mib": 1.0, "overlap": True, "comm_slows_compute": True,
@@ -111,4 +111,10 @@ def apply_framework(spec: dict[str, Any], where: str = "strategy") -> dict[str, 
     if name is None:
         return spec
     name = require_choice(f"{where}.framework", name, FRAMEWORKS)  # a list or a mapping too
-    return {**FRAMEWORKS[name], **spec}
+    preset = FRAMEWORKS[name]
+    if preset.get("collective") == "ps" and spec.get("collective", "ps") != "ps":
+        # its parameter servers are what the framework is: a ring under its name would be no mechanism of it
+        raise ConfigError(f"{where}.collective", spec["collective"], f"ps with framework {name} (its parameter servers "
+                          "are the framework's mechanism; for an allreduce pick pytorch_ddp, horovod or chainermn)",
+                          related=(f"{where}.framework",))
+    return {**preset, **spec}

@@ -549,10 +549,11 @@ def read_nccl_tests_tables(path: str | Path, *, op: str | None = None, ranks: in
     path = Path(path)
     if op is not None and op not in OPS:
         raise ConfigError("--op", op, OPS)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise ConfigError("--from-nccl-tests", str(path), f"a readable nccl-tests output file ({err.strerror})") from None
+    from sim.fileio import read_input_bytes
+
+    # bounded: a named pipe nobody writes to or a device is one line, not a hang (issue 29)
+    text = read_input_bytes("--from-nccl-tests", path, what="a readable nccl-tests output file").decode(
+        "utf-8", errors="replace")
     file_op = next((OPS_BY_BINARY[k] for k in sorted(OPS_BY_BINARY, key=len, reverse=True)
                     if k in path.name.lower()), None)
     if path.suffix.lower() == ".json":

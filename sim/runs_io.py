@@ -209,8 +209,11 @@ def read_runs(path: str | Path, *, gpus_per_node: int | None = None,
             except ImportError:
                 raise ConfigError("--from-runs", str(path), "a CSV or JSON file (reading parquet needs pyarrow)") from None
             text = None
-        else:
-            text = path.read_text(encoding="utf-8")
+        else:  # bounded, UTF-8 checked: a binary file was a UnicodeDecodeError traceback (bad_input_driver.py)
+            from sim.fileio import read_input_text
+
+            text = read_input_text("--from-runs", path, what="a readable file of measured runs (CSV, JSON or a trace)",
+                                   limit_bytes=2 * 2**30)
     except OSError as err:
         raise ConfigError("--from-runs", str(path), f"a readable file of measured runs ({err.strerror})") from None
     if text is not None and path.suffix.lower() == ".json":

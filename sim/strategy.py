@@ -53,6 +53,13 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 DDP_DEFAULT_BUCKET_MIB = 25.0
 """PyTorch DistributedDataParallel's default bucket_cap_mb (torch/nn/parallel/distributed.py)."""
+MAX_BUCKET_MIB = float(2**30)
+"""1 PiB: a bucket this size holds every gradient of any model (Llama 2 70B's fp32 gradients are
+257 GiB); the framework presets write 1e9 MiB for 'one buffer' (sim/frameworks.py chainermn). A
+bound against typos (issue 29: 1e30 passed)."""
+MAX_OVERHEAD_S = 3600.0
+"""A per-pass or per-iteration overhead of an hour is a typo (assumed; measured ones are microseconds
+to milliseconds: validation/pipeline_bench.py)."""
 
 STRATEGY_KEYS = (
     "kind", "framework", "backend", "protocol", "nccl_socket_nthreads", "nccl_nsocks_perthread", "nccl_version",
@@ -281,10 +288,12 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     overlap = spec.get("overlap", True)
     if not isinstance(overlap, bool):
         raise ConfigError(f"{where}.overlap", overlap, "true or false")
-    bucket_mib = require_size(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB), "MiB")
+    bucket_mib = require_size(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB), "MiB",
+                              maximum=MAX_BUCKET_MIB, why="1 PiB: one bucket whatever the model")
     first_mib = spec.get("first_bucket_mib")
     if first_mib is not None:
-        first_mib = require_size(f"{where}.first_bucket_mib", first_mib, "MiB")
+        first_mib = require_size(f"{where}.first_bucket_mib", first_mib, "MiB", maximum=MAX_BUCKET_MIB,
+                                 why="1 PiB: one bucket whatever the model")
     codec, codec_path = _codec_fields(spec, where)
     error_feedback = spec.get("error_feedback", False)
     if not isinstance(error_feedback, bool):
@@ -344,14 +353,18 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         nccl_version=nccl_version,
         mpi_library=mpi_library,
         mpi_gpu_buffers=mpi_gpu_buffers,
-        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(require_size(f"{where}.fusion_mib", fusion_mib, "MiB"))),
-        cycle_time_s=None if cycle_ms is None else float(require_positive(f"{where}.cycle_time_ms", cycle_ms, allow_zero=True)) / 1e3,
+        fusion_bytes=None if fusion_mib is None else max(1, mib_to_bytes(require_size(
+            f"{where}.fusion_mib", fusion_mib, "MiB", maximum=MAX_BUCKET_MIB, why="1 PiB: one buffer whatever the model"))),
+        cycle_time_s=None if cycle_ms is None else float(require_positive(
+            f"{where}.cycle_time_ms", cycle_ms, allow_zero=True, maximum=1e3 * MAX_OVERHEAD_S, why="an hour")) / 1e3,
         iteration_overhead_s=float(require_positive(f"{where}.iteration_overhead_ms", spec.get("iteration_overhead_ms", 0.0),
-                                     allow_zero=True)) / 1e3,
+                                     allow_zero=True, maximum=1e3 * MAX_OVERHEAD_S, why="an hour")) / 1e3,
         multi_gpu_overhead_s=float(require_positive(f"{where}.multi_gpu_overhead_ms",
-                                                    spec.get("multi_gpu_overhead_ms", 0.0), allow_zero=True)) / 1e3,
+                                                    spec.get("multi_gpu_overhead_ms", 0.0), allow_zero=True,
+                                                    maximum=1e3 * MAX_OVERHEAD_S, why="an hour")) / 1e3,
         inter_node_overhead_s=float(require_positive(f"{where}.inter_node_overhead_ms",
-                                                     spec.get("inter_node_overhead_ms", 0.0), allow_zero=True)) / 1e3,
+                                                     spec.get("inter_node_overhead_ms", 0.0), allow_zero=True,
+                                                     maximum=1e3 * MAX_OVERHEAD_S, why="an hour")) / 1e3,
         comm_slows_compute=slows,
         double_buffering=double,
         negotiation=negotiation,
@@ -380,7 +393,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         schedule=require_choice(f"{where}.schedule", spec.get("schedule", "1f1b"), SCHEDULES),
         stage_balance=require_choice(f"{where}.stage_balance", spec.get("stage_balance", "time"), STAGE_BALANCES),
         pipeline_overhead_s=float(require_positive(f"{where}.pipeline_overhead_s", spec.get("pipeline_overhead_s", 0.0),
-                                                   allow_zero=True)),
+                                                   allow_zero=True, maximum=MAX_OVERHEAD_S, why="an hour per pass")),
         ps_mode=require_choice(f"{where}.ps_mode", spec.get("ps_mode", "sync"), PS_MODES),
         ps_placement=require_choice(f"{where}.ps_placement", spec.get("ps_placement", "sharded"), PS_PLACEMENTS),
         max_staleness=(None if spec.get("max_staleness") is None else

@@ -47,6 +47,10 @@ ARCHITECTURE_KEYS = ("family", "layers", "hidden", "heads", "kv_heads", "ffn_hid
 MOE_KEYS = ("experts_per_token", "moe_ffn_hidden", "shared_experts", "dense_layers")
 """Keys that only mean something with ``experts`` > 0."""
 REQUIRED_KEYS = ("layers", "hidden", "heads", "seq_len", "vocab")
+MAX_LAYERS = 1024
+"""Transformer layers at most: 8 x the deepest published (Megatron-LM's 1T-parameter GPT, 128
+layers, arXiv:2104.04473 table 1; Llama 3 405B, 126). A million took over a minute and 3.5 GB to
+refuse (found by scripts/bad_input_driver.py's kind of input); assumed, a typo guard."""
 
 
 def llama_ffn_hidden(hidden: int, multiple_of: int = 256, multiplier: float | None = None) -> int:
@@ -124,6 +128,8 @@ def architecture_from_dict(spec: Any, where: str = "workload.architecture", base
         raise ConfigError(f"{where}.{missing[0]}", None, "a positive integer (required: " + ", ".join(REQUIRED_KEYS) + ")")
     family = require_choice(f"{where}.family", given.get("family", "llama"), FAMILIES)
     ints = {k: require_positive(f"{where}.{k}", given[k], integer=True) for k in REQUIRED_KEYS}
+    require_positive(f"{where}.layers", ints["layers"], integer=True, maximum=MAX_LAYERS,
+                     why="8 x the deepest published transformer: a typo beyond it")
     hidden, heads = ints["hidden"], ints["heads"]
     if hidden % heads:
         raise ConfigError(f"{where}.heads", heads, f"a divisor of hidden={hidden}")

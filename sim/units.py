@@ -87,11 +87,13 @@ UNIT_BYTES = {"bytes": 1, "MiB": MIB, "GiB": GIB}
 """The size units config keys carry in their names (``mtu_bytes``, ``bucket_mib``, ``memory_GiB``)."""
 
 
-def require_size(field: str, value: object, unit: str, *, integer: bool = False) -> float:
+def require_size(field: str, value: object, unit: str, *, integer: bool = False, maximum: float | None = None,
+                 why: str = "") -> float:
     """A size key of a config in the unit its name carries (``unit``: bytes, MiB or GiB): a
     number in that unit, or a size written as on the command line (``9K``, ``256M``, ``1G``:
     ``parse_bytes``, binary) converted to it; a quoted plain number is in the key's unit too.
-    ``integer``: a whole number of that unit (an MTU). One-line error naming the field otherwise."""
+    ``integer``: a whole number of that unit (an MTU); ``maximum`` (in ``unit``) caps it, ``why`` says why.
+    One-line error naming the field otherwise."""
     from sim.errors import require_positive
 
     scale = UNIT_BYTES[unit]
@@ -102,7 +104,7 @@ def require_size(field: str, value: object, unit: str, *, integer: bool = False)
         except ValueError:
             number = parse_bytes(field, text) / scale
         value = int(number) if integer and number == int(number) else number
-    allowed_note = f"in {unit}, or a size such as 9K, 256M, 1G"
+    allowed_note = f"in {unit}, or a size such as 9K, 256M, 1G" + (f"; at most {why}" if why else "")
     if integer and isinstance(value, float) and value.is_integer():
         value = int(value)
-    return require_positive(field, value, integer=integer, why=allowed_note)
+    return require_positive(field, value, integer=integer, maximum=maximum, why=allowed_note)

@@ -25,6 +25,10 @@ from sim.yamlio import load_yaml_text
 
 OPTIMIZERS = ("sgd", "momentum", "adam")
 LAYER_COLUMNS = ("layer", "kind", "param_count", "fwd_flops", "bwd_flops", "activation_elems")
+MAX_LAYER_ROWS = 100_000
+"""Rows of a layer table at most (a file or inline): the zoo's deepest has under 1,000 (Llama 2 70B:
+80 layers of a few rows); 100,000 simulate in ~13 s here, a 16 MiB file of 600,000 in over a minute.
+Assumed, a typo guard."""
 TIME_COLUMNS = ("fwd_time_s", "bwd_time_s")
 META_PREFIX = "# meta: "
 """A layer file's comment line with its JSON metadata: name, batch_size, dtype, and times_batch_size
@@ -131,63 +135,97 @@ def zoo_names() -> tuple[str, ...]:
 
 
 def _parse_layers(text: str, where: str) -> tuple[Layer, ...]:
-    rows = list(csv.DictReader(line for line in text.splitlines() if line.strip() and not line.startswith("#")))
-    if not rows:
-        raise ConfigError(where, "empty layer table", "at least one layer row")
-    missing = [c for c in LAYER_COLUMNS if c not in rows[0]]
+    """A layer table's rows, each checked as an inline layer is (sim.workload._custom_layers): a
+    non-negative integer param_count, finite non-negative FLOPs and activations, measured times in
+    pairs. An unknown column (a misspelt ``fwd_time``), a row with more or fewer cells than the
+    header, or one time column without the other is an error naming the file and the row."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    reader = csv.reader(lines)
+    header = next(reader, None)
+    if header is None:
+        raise ConfigError(where, "empty layer table", "a header row and at least one layer row")
+    header = [h.strip() for h in header]
+    allowed = (*LAYER_COLUMNS, *TIME_COLUMNS)
+    missing = [c for c in LAYER_COLUMNS if c not in header]
     if missing:
-        raise ConfigError(where, f"missing column {missing[0]}", "columns " + ", ".join(LAYER_COLUMNS))
+        raise ConfigError(where, f"missing column {missing[0]}", "columns " + ", ".join(LAYER_COLUMNS)
+                          + " (and optionally " + ", ".join(TIME_COLUMNS) + ")")
+    unknown = [c for c in header if c not in allowed]
+    if unknown:
+        raise ConfigError(f"{where} column {unknown[0]!r}", unknown[0], "one of " + ", ".join(allowed)
+                          + " (a misspelt column would be dropped without a word)")
+    repeated = [c for c in header if header.count(c) > 1]
+    if repeated:
+        raise ConfigError(f"{where} column {repeated[0]!r}", "given twice", "each column once")
+    times = [c for c in TIME_COLUMNS if c in header]
+    if len(times) == 1:
+        other = TIME_COLUMNS[1 - TIME_COLUMNS.index(times[0])]
+        raise ConfigError(f"{where} column {other!r}", None, f"beside {times[0]}: both measured times or neither")
     layers = []
-    for i, row in enumerate(rows):
-        try:
-            layers.append(
-                Layer(
-                    name=row["layer"],
-                    kind=row["kind"],
-                    param_count=int(row["param_count"]),
-                    fwd_flops=float(row["fwd_flops"]),
-                    bwd_flops=float(row["bwd_flops"]),
-                    activation_elems=float(row["activation_elems"]),
-                    fwd_time_s=_time(row.get("fwd_time_s")),
-                    bwd_time_s=_time(row.get("bwd_time_s")),
-                )
-            )
-        except (ValueError, TypeError) as err:
-            raise ConfigError(f"{where} row {i + 1}", dict(row), f"numbers in numeric columns ({err})") from None
+    for i, cells in enumerate(reader):
+        at = f"{where} row {i + 1}"
+        if len(cells) != len(header):
+            raise ConfigError(at, ",".join(cells), f"{len(header)} cells, one per column of the header (it has "
+                              f"{len(cells)})")
+        row = dict(zip(header, (c.strip() for c in cells), strict=True))
+        layers.append(_table_layer(at, row))
+        if len(layers) > MAX_LAYER_ROWS:
+            raise ConfigError(where, f"more than {MAX_LAYER_ROWS:,} layer rows", f"at most {MAX_LAYER_ROWS:,} rows "
+                              "(the zoo's deepest model has under 1,000)")
+    if not layers:
+        raise ConfigError(where, "empty layer table", "at least one layer row")
     return tuple(layers)
 
 
-def _time(text: str | None) -> float | None:
-    if text is None or text == "":
-        return None
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise ValueError(f"a time of {text} s")
-    return value
+def _table_layer(at: str, row: dict[str, str]) -> Layer:
+    """One row of a layer table, as numbers, checked."""
+    def number(key: str, integer: bool = False) -> float:
+        text = row[key]
+        try:
+            value: float = int(text) if integer else float(text)
+        except ValueError:
+            raise ConfigError(f"{at}.{key}", text, "a non-negative integer" if integer else "a finite number >= 0") from None
+        return require_positive(f"{at}.{key}", value, integer=integer, allow_zero=True)
+
+    fwd_time, bwd_time = (row.get(k) or None for k in TIME_COLUMNS)
+    measured = _measured_times(at, None if fwd_time is None else number("fwd_time_s"),
+                               None if bwd_time is None else number("bwd_time_s"))
+    return Layer(name=row["layer"], kind=row["kind"], param_count=int(number("param_count", integer=True)),
+                 fwd_flops=number("fwd_flops"), bwd_flops=number("bwd_flops"),
+                 activation_elems=number("activation_elems"), fwd_time_s=measured[0], bwd_time_s=measured[1])
 
 
-def layer_file_meta(text: str) -> dict[str, Any]:
-    """The ``# meta: {...}`` line of a layer file (empty if it has none)."""
+def layer_file_meta(text: str, where: str = "layer table") -> dict[str, Any]:
+    """The ``# meta: {...}`` line of a layer file (empty if it has none); its batch sizes, when
+    given, are positive integers (a ConfigError naming the file otherwise)."""
+    meta: dict[str, Any] = {}
     for line in text.splitlines():
         if line.startswith(META_PREFIX):
             try:
-                meta = json.loads(line[len(META_PREFIX):])
+                parsed = json.loads(line[len(META_PREFIX):])
             except ValueError:
-                meta = None
-            return meta if isinstance(meta, dict) else {}
+                parsed = None
+            meta = parsed if isinstance(parsed, dict) else {}
+            break
         if not line.startswith("#"):
             break
-    return {}
+    for key in ("batch_size", "times_batch_size"):
+        if meta.get(key) is not None:
+            require_positive(f"{where} meta {key}", meta[key], integer=True)
+    return meta
 
 
 def read_layers_file(path: str | Path, where: str = "workload.layers_file") -> tuple[tuple[Layer, ...], dict[str, Any]]:
     """A table written by ``scalebench layers`` (or by hand: LAYER_COLUMNS, optionally the time
     columns): its layers and metadata."""
+    from sim.fileio import read_input_bytes
+
+    data = read_input_bytes(where, path, what="a readable layer table (CSV)")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(where, str(path), f"a readable layer table (CSV) ({getattr(err, 'strerror', None) or err})") from None
-    return _parse_layers(text, str(path)), layer_file_meta(text)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(where, str(path), f"a UTF-8 layer table (CSV) (byte {err.start} is not UTF-8)") from None
+    return _parse_layers(text, str(path)), layer_file_meta(text, str(path))
 
 
 @cache
@@ -341,6 +379,9 @@ def _model_workload(spec: dict[str, Any], where: str) -> Workload:
 def _custom_layers(rows: Any, where: str) -> tuple[Layer, ...]:
     if not isinstance(rows, list) or not rows:
         raise ConfigError(where, rows, "a non-empty list of layers")
+    if len(rows) > MAX_LAYER_ROWS:
+        raise ConfigError(where, f"{len(rows):,} layers", f"at most {MAX_LAYER_ROWS:,} (the zoo's deepest model has "
+                          "under 1,000)")
     layers = []
     for i, row in enumerate(rows):
         at = f"{where}[{i}]"
@@ -351,6 +392,9 @@ def _custom_layers(rows: Any, where: str) -> tuple[Layer, ...]:
             row["layer"] = row.pop("name")
         reject_unknown_keys(at, row, (*LAYER_COLUMNS, "fwd_time_s", "bwd_time_s"))
         fwd_time_s, bwd_time_s = _measured_times(at, row.get("fwd_time_s"), row.get("bwd_time_s"))
+        if "fwd_flops" not in row and fwd_time_s is None:
+            raise ConfigError(f"{at}.fwd_flops", None, "the layer's forward FLOPs per sample (0 for a layer without "
+                              "compute), or measured fwd_time_s and bwd_time_s: without either it would take no time")
         fwd_flops = require_positive(f"{at}.fwd_flops", row.get("fwd_flops", 0), allow_zero=True)
         layers.append(
             Layer(

@@ -137,7 +137,8 @@ def test_measured_rows_are_labelled_with_what_ran():
 
 @pytest.mark.parametrize(("raised", "status", "message"), [
     (KeyboardInterrupt(), 130, "scalebench simulate: interrupted"),
-    (OSError(28, "No space left on device"), 1, "scalebench simulate: error: [Errno 28] No space left on device"),
+    (OSError(28, "No space left on device"), 1, "scalebench simulate: error: No space left on device (ENOSPC)"),
+    (OSError(28, "No space left on device", "t.json"), 1, "scalebench simulate: error: t.json: No space left on device"),
     (ConfigError("cluster.gpus", 3, "a multiple of 2"), 2, "scalebench simulate: error: cluster.gpus: got 3"),
 ])
 def test_exit_status_of_each_kind_of_ending(raised, status, message, monkeypatch, capsys):

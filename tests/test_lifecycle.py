@@ -291,3 +291,68 @@ def test_ranks_beyond_what_the_machine_holds_are_refused_in_one_line(capsys, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["scalebench real: error: --gpus: got 1000; allowed: at most 12 ranks on this machine "
                    "(3 CPUs x 8 ranks per CPU = 24; 6.0 GiB available / 512 MiB per rank = 12)"]
+
+
+def _other_host_lock(path: Path, text: str, age_s: float) -> None:
+    path.write_text(text + "\n")
+    os.utime(path, (time.time() - age_s, time.time() - age_s))
+
+
+@pytest.mark.parametrize("text", ["abc def {host}", "4242 1 elsewhere.example"])
+def test_a_lock_that_cannot_be_checked_is_reported_and_taken_over_once_abandoned(text, tmp_path, monkeypatch):
+    """Issue 29: a lock without a pid ('abc def <host>') or another host's made `run` wait for ever.
+    Untouched for UNPROVABLE_LOCK_S it is taken over; younger, the run says until when it waits."""
+    import experiments.point_locks as point_locks
+    from experiments.point_locks import UNPROVABLE_LOCK_S, PointLocks
+
+    text = text.format(host=os.uname().nodename)
+    log: list[str] = []
+    locks = PointLocks(tmp_path, log=log.append)
+    _other_host_lock(tmp_path / "young.lock", text, 5)
+    assert not locks.acquire("young") and not locks.acquire("young")
+    assert len(log) == 1 and "young.lock is held by" in log[0] and "cannot check" in log[0] and "--force" in log[0]
+    _other_host_lock(tmp_path / "old.lock", text, UNPROVABLE_LOCK_S + 1)
+    assert locks.acquire("old") and "taking over" in log[-1] and (tmp_path / "old.lock").read_text() == locks.me + "\n"
+    forced = PointLocks(tmp_path, force=True, log=log.append)
+    assert forced.acquire("young") and "--force" in log[-1]
+    monkeypatch.setattr(point_locks, "UNPROVABLE_LOCK_S", 0.0)
+    _other_host_lock(tmp_path / "now.lock", text, 0)
+    assert PointLocks(tmp_path).acquire("now")
+    locks.release_all()
+    forced.release_all()
+
+
+def test_held_locks_are_touched_while_held(tmp_path, monkeypatch):
+    import experiments.point_locks as point_locks
+    from experiments.point_locks import PointLocks
+
+    monkeypatch.setattr(point_locks, "HEARTBEAT_S", 0.05)
+    locks = PointLocks(tmp_path)
+    assert locks.acquire("p")
+    os.utime(tmp_path / "p.lock", (1, 1))
+    wait_for(lambda: (tmp_path / "p.lock").stat().st_mtime > 1000, 5, "the heartbeat")
+    locks.release_all()
+    assert not (tmp_path / "p.lock").exists()
+
+
+def test_run_takes_over_an_abandoned_lock_of_another_host(tmp_path, monkeypatch, capsys):
+    """The run of issue 29 end to end: a point locked by 'abc def <host>' a day ago is computed."""
+    from scalebench.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("mini.yaml").write_text("name: mini\nworkload: mlp\ncluster: {gpus_per_node: 2}\nsweep: {cluster.gpus: [1, 2]}\n")
+    assert main(["run", "mini.yaml", "--dry-run"]) == 0
+    points = tmp_path / "results" / "mini" / "points"
+    points.mkdir(parents=True)
+    from experiments.config import load_experiment
+    from experiments.points import point_id
+    from experiments.runner import plan
+
+    experiment = load_experiment("mini.yaml")
+    ids = [point_id(p, experiment) for p in plan(experiment)[0]]
+    _other_host_lock(points / f"{ids[0]}.lock", f"abc def {os.uname().nodename}", 86400)
+    capsys.readouterr()
+    assert main(["run", "mini.yaml", "--no-plot", "--no-progress", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "taking over a lock that cannot be checked" in out and "untouched for 1440 min" in out
+    assert sorted(p.stem for p in points.glob("*.json")) == sorted(ids) and not list(points.glob("*.lock"))

@@ -44,11 +44,16 @@ class Prediction:
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
+    """A devset CSV, read bounded (sim.fileio: a named pipe or a device in --data is one line, not a hang)."""
+    import io
+
+    from sim.fileio import read_input_text
+
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
-    except OSError as err:
-        raise ConfigError("--data", str(path.parent), f"a directory holding {path.name} ({err.strerror})") from None
+        text = read_input_text("--data", path, what=f"a directory holding {path.name}")
+    except ConfigError as err:
+        raise ConfigError("--data", str(path.parent), err.allowed) from None
+    return list(csv.DictReader(io.StringIO(text, newline="")))
 
 
 HOROVOD_HOST = "broadwell_ep_x2"

@@ -300,10 +300,36 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
 
+MAX_REPEATS = 100
+"""Timed runs per point at most: a median of 100 is as steady as the machine allows (assumed; a
+billion ran for ever, found by scripts/bad_input_driver.py)."""
+ASYNC_FLAGS = {"async_iterations": 100, "async_servers": 8, "async_jitter_cv": 0.2}
+PLAN_FLAGS = {"plan_model": "gpt2_xl", "plan_gpus": 64, "plan_global_batch": 512, "plan_flush": "replay"}
+"""The defaults of the flags of the asynchronous run and of the plan search (add_arguments)."""
+
+
+def _check_applies(args: argparse.Namespace) -> None:
+    """A flag of a run the bench skips (--async-workers 0, --plan-repeats 0, or the detailed
+    fidelity, which times neither) is a one-line error, not ignored."""
+    from sim.errors import ConfigError, require_positive
+
+    require_positive("--async-workers", args.async_workers, integer=True, allow_zero=True)
+    require_positive("--plan-repeats", args.plan_repeats, integer=True, allow_zero=True, maximum=MAX_REPEATS,
+                     why="timed runs of a median")
+    for flags, skipped, why in ((ASYNC_FLAGS, not args.async_workers or args.fidelity == "detailed",
+                                 "only with the asynchronous run (--async-workers > 0, fast fidelity)"),
+                                (PLAN_FLAGS, not args.plan_repeats or args.fidelity == "detailed",
+                                 "only with the plan search (--plan-repeats > 0, fast fidelity)")):
+        for dest, default in flags.items():
+            if skipped and getattr(args, dest) != default:
+                raise ConfigError("--" + dest.replace("_", "-"), getattr(args, dest), why)
+
+
 def _run(args: argparse.Namespace) -> int:
     from sim.errors import require_positive
 
-    require_positive("--repeats", args.repeats, integer=True)
+    require_positive("--repeats", args.repeats, integer=True, maximum=MAX_REPEATS, why="timed runs of a median")
+    _check_applies(args)
     if args.fidelity == "detailed":
         runs = len(args.gpus or DETAILED_GPUS) * args.repeats
         return _with_bar(runs, lambda: _run_detailed(args))
@@ -459,11 +485,30 @@ def _run_detailed(args: argparse.Namespace) -> int:
     return status
 
 
-def _bench_async_spec(args: argparse.Namespace) -> dict:
-    from sim.errors import require_positive
+ASYNC_TARGET_STEPS = 1024 * 100
+"""The asynchronous run the bench's target is set for (1,024 workers x 100 steps in 2 s)."""
+MAX_ASYNC_STEPS = 64 * ASYNC_TARGET_STEPS
+"""Worker steps the bench times at most: 64 x its target run, about a minute of CPU at the rate
+measured here (16,384 x 100 steps: 13.4 s CPU, 303 MiB); a timing run, not a sizing one (issue 29:
+1,048,576 workers took 38-61 s and 1.6 GB without a word). Larger runs: simulate --iterations."""
+MAX_ASYNC_WORKERS = 65_536
+"""One SimPy process per worker, 16 KiB each as measured (1,024: 57 MiB peak, 16,384: 303 MiB): 1 GiB."""
 
-    require_positive("--async-workers", args.async_workers, integer=True)
+
+def _bench_async_spec(args: argparse.Namespace) -> dict:
+    from sim.errors import ConfigError, require_positive
+
+    require_positive("--async-workers", args.async_workers, integer=True, maximum=MAX_ASYNC_WORKERS,
+                     why="one SimPy process of about 16 KiB each; a timing run, not a sizing one")
     require_positive("--async-iterations", args.async_iterations, integer=True)
+    if args.async_workers * args.async_iterations > MAX_ASYNC_STEPS:
+        raise ConfigError("--async-iterations", args.async_iterations, f"at most {MAX_ASYNC_STEPS // args.async_workers:,} "
+                          f"with {args.async_workers:,} workers (the bench times at most {MAX_ASYNC_STEPS:,} worker "
+                          "steps, 64 x its target run; scalebench simulate --iterations runs larger ones)",
+                          related=("--async-workers",))
+    require_positive("--async-servers", args.async_servers, integer=True)
+    require_positive("--async-jitter-cv", args.async_jitter_cv, allow_zero=True, maximum=10,
+                     why="a ratio, as heterogeneity.jitter_cv")
     spec = _async_spec(args.model, args.async_workers, args.gpus_per_node, args.async_servers, args.async_jitter_cv)
     _checked(spec, args.async_iterations)
     return spec

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
                                  "gpu": args.gpu}, catalog, where="--cluster")
     if cluster.world_size < 2:
         raise ConfigError("--nodes x --gpus-per-node", cluster.world_size, "at least 2 ranks")
-    backend = require_choice("--backend", args.backend, BACKENDS) if args.backend else default_backend(cluster.gpu)
+    backend = require_choice("--backend", args.backend, BACKENDS) if args.backend is not None else default_backend(cluster.gpu)
     library = BACKENDS[backend]
     if args.algo is not None:
         require_choice("--algo", args.algo, library.algorithms)
@@ -103,9 +103,8 @@ def run(args: argparse.Namespace) -> int:
     factor = require_positive("--stepfactor", args.stepfactor, integer=True)
     if factor < 2:
         raise ConfigError("--stepfactor", factor, "an integer >= 2")
-    idle_ms = float(require_positive("--idle-ms", args.idle_ms, allow_zero=True))
-    if idle_ms == float("inf"):
-        raise ConfigError("--idle-ms", args.idle_ms, "a finite number of milliseconds >= 0")
+    idle_ms = float(require_positive("--idle-ms", args.idle_ms, allow_zero=True, maximum=3.6e6,
+                                     why="an hour: past TCP's retransmission timeout every connection has restarted"))
     nthreads, nsocks = nccl_socket_fields(args.nccl_socket_nthreads, args.nccl_nsocks_perthread,
                                           ("--nccl-socket-nthreads", "--nccl-nsocks-perthread"))
     if (nthreads is not None or nsocks is not None) and backend != "nccl":

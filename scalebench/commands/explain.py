@@ -48,10 +48,19 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(flag, value, "a finite number > 0")
         if value is not None:
             require_positive(flag, value)
+    if args.measured_iteration_s is not None:
+        from sim.calibration import MAX_ITERATION_S
+
+        require_positive("--measured-iteration-s", args.measured_iteration_s, maximum=MAX_ITERATION_S,
+                         why="seconds per iteration: a day is a typo")
     from sim.catalog import load_catalog_file
 
     catalog = load_catalog_file(args.catalog) if args.catalog else None
-    scenario = scenario_from_dict(scenario_dict_from_args(args, DEFAULT_SCENARIO), catalog)
+    spec = scenario_dict_from_args(args, DEFAULT_SCENARIO)
+    scenario = scenario_from_dict(spec, catalog)
+    from scalebench.commands.simulate import _inapplicable, _say
+
+    _say(_inapplicable(args, spec, scenario, "explain"))  # a flag that does nothing is refused, a key noted
     calibration = _throughput_calibration(args)
     if calibration:
         from sim.calibration import apply_throughput_calibration
@@ -61,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
     measured = args.measured_iteration_s
     if args.measured_samples_per_s is not None:
         measured = result.replicas * result.batch_size / args.measured_samples_per_s
+    launch_s = scenario.cluster.gpu.launch_overhead_s
+    if measured is not None and measured < launch_s:  # found by scripts/bad_input_driver.py: 1e30 samples/s ran
+        flag = "--measured-samples-per-s" if args.measured_samples_per_s is not None else "--measured-iteration-s"
+        value = args.measured_samples_per_s if args.measured_samples_per_s is not None else args.measured_iteration_s
+        raise ConfigError(flag, value, f"an iteration of at least one kernel launch on {scenario.cluster.gpu.name} "
+                          f"({launch_s * 1e6:g} us, its catalog's launch_overhead_us): this one would take {measured:.3g} s")
     from sim.explain import explain
 
     explanation = explain(result, measured)

@@ -47,10 +47,18 @@ def run(args: argparse.Namespace) -> int:
     from sim.errors import ConfigError
 
     require_torch()
+    if args.out:
+        from sim.fileio import check_writable
+
+        check_writable("-o", args.out)
     if args.zoo:
         return _zoo(args)
     if args.check:
         raise ConfigError("--check", True, "only with --zoo")
+    if args.name is not None and (not args.name.strip() or any(c in args.name for c in ",\"") or
+                                  any(not c.isprintable() for c in args.name)):
+        raise ConfigError("--name", args.name, "a printable name without commas or quotes (it names the model in "
+                          "results and in the table's meta line)")
     if len(args.target) != 1:
         raise ConfigError("TARGET", " ".join(args.target) or None, "one MODULE:CALLABLE or zoo model name")
     return _derive(args, args.target[0])

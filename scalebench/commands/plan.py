@@ -165,10 +165,15 @@ def plan_spec_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return spec
 
 
+MAX_VERIFY = 1000
+"""Candidates --verify re-runs in detailed mode at most (assumed: each takes seconds at scale; a
+billion meant every candidate, hours, found by scripts/bad_input_driver.py)."""
+
 def run(args: argparse.Namespace) -> int:
     from sim.errors import ConfigError, require_positive
 
-    require_positive("--verify", args.verify, integer=True, allow_zero=True)
+    require_positive("--verify", args.verify, integer=True, allow_zero=True, maximum=MAX_VERIFY,
+                     why="detailed re-runs of the best candidates, seconds each")
     try:
         request = _request(args)
     except ConfigError as err:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+OUT_DEFAULT = "timelines.png"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="?", help="a results directory written by `scalebench run` (results/<name>)")
@@ -13,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeline", nargs="+", metavar="TRACE.json",
                         help="instead of an experiment: timelines from simulate --trace / real --trace (e.g. SIM.json "
                              "MEASURED.json), drawn one above the other on one time axis")
-    parser.add_argument("-o", "--out", metavar="FILE.png", default="timelines.png",
+    parser.add_argument("-o", "--out", metavar="FILE.png", default=OUT_DEFAULT,
                         help="with --timeline: the image to write (and its .svg beside it; default: %(default)s)")
 
 
@@ -30,11 +32,17 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         if out.suffix.lower() not in ("", ".png", ".svg"):
             raise ConfigError("--out", args.out, "a .png or .svg file name (both are written)")
+        from sim.fileio import check_writable
+
+        for suffix in (".png", ".svg"):
+            check_writable("--out", out.with_suffix(suffix))
         for path in plot_timelines(args.timeline, out.with_suffix("")):
             print(path)
         return 0
     if not args.results:
         raise ConfigError("RESULTS", None, "a results directory (results/<name>) or --timeline TRACE.json ...")
+    if args.out != OUT_DEFAULT:
+        raise ConfigError("--out", args.out, "only with --timeline (an experiment's plots go to results/<name>/plots/)")
     from experiments.plots import plot_results
     from experiments.store import ResultDir
     from sim.fileio import check_writable

@@ -14,6 +14,8 @@ from real.cli import (
     DEFAULT_SCENARIO,
     REAL_FLAGS,
     add_arguments,
+    apply_defaults,
+    check_flags,
     row_table,
     spec_from_args,
 )
@@ -25,6 +27,8 @@ def run(args: argparse.Namespace) -> int:
     from scalebench.commands.common import require_torch
 
     require_torch()
+    check_flags(args)
+    apply_defaults(args)
     from real.launch import RunFailed, check_nproc
     from real.results import check_row_path
     from sim.fileio import check_writable
@@ -40,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         check_row_path("--out", args.out)
     elif not (args.bench or args.comm):
         check_writable("--out", DEFAULT_OUT_DIR, directory=True)
+    if args.trace:
+        check_writable("--trace", args.trace)
     if args.gpus is not None:
         check_nproc(args.gpus)  # before anything starts: what this machine's cores and memory hold
     try:

@@ -17,7 +17,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=EXECUTORS, default="process",
                         help="process pool (default), or an existing Dask / Ray cluster if installed")
     parser.add_argument("--address", help="scheduler address for --executor dask|ray (default: start a local one)")
-    parser.add_argument("--force", action="store_true", help="recompute points already in the results directory")
+    parser.add_argument("--force", action="store_true", help="recompute points already in the results directory, and "
+                        "take over at once the point locks this host cannot check (another host's, or not a lock)")
     parser.add_argument("--no-plot", dest="plot", action="store_false", help="do not draw the plots afterwards")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     parser.add_argument("--dry-run", action="store_true", help="validate and list the points, run nothing")
@@ -94,6 +95,21 @@ def dry_run_text(experiment, out_dir, *, force: bool) -> str:
     return "\n".join(lines)
 
 
+def _check_layout(out_dir) -> None:
+    """What a run writes inside results/<name>/ must be what it expects there: its points/ and
+    plots/ directories and its files (issue 29: a file named points gave '[Errno 17] File exists')."""
+    from experiments.store import ResultDir
+    from sim.errors import ConfigError
+
+    store = ResultDir(out_dir)
+    for path, directory in ((store.points_dir, True), (store.plots_dir, True), (store.csv_path, False),
+                            (store.path / "meta.json", False), (store.path / "experiment.yaml", False)):
+        if path.exists() and path.is_dir() != directory:
+            raise ConfigError("--results", str(path), f"{'a directory' if directory else 'a file'} where `scalebench "
+                              f"run` keeps its {path.name} ({path} is {'a directory' if path.is_dir() else 'a file'}: "
+                              "move it away, or choose another --results)")
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -105,11 +121,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs is not None:
         require_positive("--jobs", args.jobs, integer=True, maximum=MAX_JOBS, why="worker processes")
+    if args.address is not None and args.executor == "process":
+        from sim.errors import ConfigError
+
+        raise ConfigError("--address", args.address, "only with --executor dask or ray (the scheduler to connect to; "
+                          "the process executor runs workers on this machine)")
     experiment = load_experiment(args.config or default_config_path())
     if args.catalog:
         experiment = with_catalog_file(experiment, args.catalog)
     out_dir = Path(args.results) / experiment.name
     check_writable("--results", out_dir, directory=True)
+    _check_layout(out_dir)
     if args.dry_run:
         print(dry_run_text(experiment, out_dir, force=args.force))
         return 0
@@ -130,9 +152,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(efficiency_table(store.read_csv(), store.meta()))
     print(_stragglers(experiment))
-    if args.plot:
+    if args.plot and summary.rows:
         from experiments.plots import plot_results
 
         written = plot_results(out_dir)
         print(f"{len(written)} plots -> {store.plots_dir}")
+    if summary.failed:
+        import sys
+
+        print(f"scalebench run: {len(summary.failed)} of {summary.planned} points failed (each with its reason above "
+              f"and in {store.path / 'meta.json'}); the others are in results.csv, and the same command tries the "
+              "failed ones again", file=sys.stderr)
+        return 1
     return 0

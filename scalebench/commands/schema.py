@@ -19,6 +19,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out:
+        from sim.fileio import check_writable
+
+        check_writable("-o", args.out)
     if args.kind == "scenario":
         from sim.schema import scenario_schema
 

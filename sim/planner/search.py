@@ -179,14 +179,17 @@ class PlanResult:
 
 
 PROGRESS_STEPS = 200
-"""How often a search reports its progress: about this many times over its candidates."""
+"""How often a search reports its progress: about this many times over its candidates ..."""
+PROGRESS_EVERY = 1000
+"""... and at least every this many candidates (a few a second at the measured rate)."""
 
 
 def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune: bool = True,
                 progress: Callable[[int, int], None] | None = None) -> PlanResult:
     """Enumerate, prune, simulate and rank; ``NoPlan`` when nothing is left. ``progress(done,
-    total)`` hears how many of the candidates are done, simulated or bound-pruned (about
-    PROGRESS_STEPS times, and at the end).
+    total)`` hears how many of the candidates are done, simulated or bound-pruned: at the start,
+    about PROGRESS_STEPS times (at least every PROGRESS_EVERY) and at the end (``scalebench plan``
+    says up front how many for a large search).
 
     Two prunings keep a large-model space (ZeRO stages, recomputation, sequence, context and
     expert parallelism, interleaving) to seconds, neither changing the ranking's head:
@@ -244,7 +247,9 @@ def plan_search(request: PlanRequest, evaluator: Evaluator | None = None, prune:
     best: list[float] = []  # the best ``keep`` objective values found so far, ascending
     best_at: dict[int, float] = {}
     best_of: dict[str, float] = {}  # per structure (space.family): the explanation compares their bests
-    every = max(1, size // PROGRESS_STEPS)
+    every = max(1, min(PROGRESS_EVERY, size // PROGRESS_STEPS))
+    if progress is not None:
+        progress(0, size)
     for i in order:
         variant, _backend, own = work[i]
         for sync in own:

@@ -204,7 +204,8 @@ def vpp_degrees(request: PlanRequest, pp: int, m: int, schedule: str, units: int
         return [1]
     arch = request.workload.architecture
     out = [1]
-    for v in range(2, request.max_vpp + 1):
+    most = (arch.layers if arch is not None else units) // pp  # past it pp x vpp neither divides nor fits
+    for v in range(2, min(request.max_vpp, most) + 1):  # --max-vpp 10^9 looped 10^9 times per layout
         fits = arch.layers % (pp * v) == 0 if arch is not None else pp * v <= units
         if fits:
             out.append(v)
