@@ -82,8 +82,10 @@ def _pipeline_spec(model: str, gpus: int, fabric, fidelity: str = "detailed") ->
     return {
         "name": f"bench-{model}-pp-tp-dp-{gpus}",
         "workload": {"model": model, "batch_size": PIPELINE_BATCH},
+        # one NIC per node, as the scale tables (docs/topology.md) were measured: the DGX A100's 8 rail NICs
+        # (the a100's node default) make 16,384 GPUs 16,384 host ports, more than the radix-32 fat tree holds
         "cluster": {"gpus": gpus, "gpus_per_node": 8, "gpu": "a100", "intra_link": "nvlink3", "inter_link": "ib_hdr",
-                    "topology": fabric},
+                    "nics_per_node": 1, "topology": fabric},
         "strategy": dict(PIPELINE_LAYOUT),
         "simulation": {"fidelity": fidelity},
     }
