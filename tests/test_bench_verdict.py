@@ -54,3 +54,15 @@ def test_the_verdict(harness, others, status, code, fragment):
     assert fragment in verdict["reason"]
     diffs = sorted(h / 0.050 - 1 for h in harness)
     assert verdict["interval"] == [pytest.approx(diffs[1]), pytest.approx(diffs[8])]  # 10 blocks: 2nd and 9th
+
+
+def test_bench_detailed_default_scenarios_are_valid_at_every_default_size():
+    """`scalebench bench --fidelity detailed` with no flags must accept its own scenarios: the a100's
+    node default of 8 rail NICs once made the 16,384-GPU pipeline row 16,384 host ports on a
+    radix-32 3-tier fat tree, which holds 32^3 / 4 = 8,192, and the command refused itself."""
+    from scalebench.commands import bench
+
+    for gpus in bench.DETAILED_GPUS:
+        bench._checked(bench._scenario_spec("resnet50", gpus, 8, "ring", "detailed", bench.DETAILED_FABRIC))
+    for gpus in bench.PIPELINE_GPUS:
+        bench._checked(bench._pipeline_spec("llama2_7b", gpus, bench.DETAILED_FABRIC))
