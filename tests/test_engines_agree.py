@@ -16,7 +16,6 @@ Tolerance: 5 % (the issue's); measured 1e-5 at 1,024 to 16,384 GPUs.
 from __future__ import annotations
 
 import pytest
-import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,12 +24,9 @@ from sim.config import scenario_from_dict
 from sim.costs.comm import (
     CommSpec,
     allreduce_cost,
-    per_flow_cluster,
     ring_latency,
-    ring_latency_for,
 )
-from sim.engine.detailed_collectives import Collectives
-from sim.engine.flows import ClusterNetwork
+from sim.engine.detailed_collectives import Collectives, isolated_ring_allreduce_s
 from sim.engine.periodic import PeriodicCollectives
 from sim.simulate import simulate
 
@@ -47,22 +43,7 @@ def bench_scenario(gpus: int, fidelity: str):
 def detailed_ring_s(cluster, n_bytes: float, engine=PeriodicCollectives) -> float:
     """One NCCL ring allreduce of ``n_bytes`` over every rank of ``cluster`` (its fabric, if any),
     alone, in the detailed mode's flow network."""
-    spec = CommSpec("nccl", "ring")
-    env = simpy.Environment()
-    net = ClusterNetwork(env, per_flow_cluster(cluster, spec))
-    coll = engine(env, net, latency=ring_latency_for(cluster, spec))
-    members = list(range(cluster.world_size))
-    ends: list[float] = []
-
-    def rank(pos: int):
-        yield from coll.ring_allreduce(members, pos, n_bytes, "bucket")
-        ends.append(env.now)
-
-    for pos in members:
-        env.process(rank(pos))
-    env.run()
-    assert len(ends) == len(members)
-    return max(ends)
+    return isolated_ring_allreduce_s(cluster, n_bytes, CommSpec("nccl", "ring"), engine)
 
 
 def test_the_smallest_divergent_ring_by_hand():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import simpy
 
 from sim.config import scenario_from_dict
 from sim.costs.comm import (
@@ -25,10 +24,8 @@ from sim.costs.comm import (
     allreduce_cost,
     per_flow_cluster,
     ring_latency,
-    ring_latency_for,
 )
-from sim.engine.detailed_collectives import Collectives
-from sim.engine.flows import ClusterNetwork
+from sim.engine.detailed_collectives import Collectives, isolated_ring_allreduce_s
 from sim.engine.periodic import PeriodicCollectives
 from sim.engine.ring_schedule import ring_ends, ring_ends_direct
 from sim.simulate import simulate
@@ -91,21 +88,7 @@ def _cluster(intra: str, inter: str, gpus: int = 8, per_node: int = 2):
 
 def _isolated_ring_s(cluster, spec: CommSpec, n_bytes: float, engine=Collectives) -> float:
     """One NCCL ring allreduce of ``n_bytes`` over every rank, alone on a single switch."""
-    env = simpy.Environment()
-    net = ClusterNetwork(env, per_flow_cluster(cluster, spec))
-    coll = engine(env, net, latency=ring_latency_for(cluster, spec))
-    members = list(range(cluster.world_size))
-    ends: list[float] = []
-
-    def rank(pos: int):
-        yield from coll.ring_allreduce(members, pos, n_bytes, "bucket")
-        ends.append(env.now)
-
-    for pos in members:
-        env.process(rank(pos))
-    env.run()
-    assert len(ends) == len(members)
-    return max(ends)
+    return isolated_ring_allreduce_s(cluster, n_bytes, spec, engine)
 
 
 LINKS = [("nvlink2", "ib_edr"), ("nvlink2", "tcp_25gbe")]

@@ -293,29 +293,12 @@ def library_ring_spec(cluster, n_bytes: float) -> dict:
 
 def detailed_ring_s(cluster, n_bytes: float, flow_engine: str = "event") -> float:
     """The detailed mode's NCCL ring allreduce of ``n_bytes`` over every rank, alone on one switch."""
-    import simpy
-
-    from sim.costs.comm import CommSpec, per_flow_cluster, ring_latency_for
-    from sim.engine.detailed_collectives import Collectives
-    from sim.engine.flows import ClusterNetwork
+    from sim.costs.comm import CommSpec
+    from sim.engine.detailed_collectives import Collectives, isolated_ring_allreduce_s
     from sim.engine.periodic import PeriodicCollectives
 
-    spec = CommSpec("nccl", "ring")
-    env = simpy.Environment()
-    net = ClusterNetwork(env, per_flow_cluster(cluster, spec))
     engine = Collectives if flow_engine == "event" else PeriodicCollectives
-    coll = engine(env, net, latency=ring_latency_for(cluster, spec))
-    members = list(range(cluster.world_size))
-    ends: list[float] = []
-
-    def rank(pos: int):
-        yield from coll.ring_allreduce(members, pos, n_bytes, "bucket")
-        ends.append(env.now)
-
-    for pos in members:
-        env.process(rank(pos))
-    env.run()
-    return max(ends)
+    return isolated_ring_allreduce_s(cluster, n_bytes, CommSpec("nccl", "ring"), engine)
 
 
 def compare_library_rings(python: str, rings=LIBRARY_RINGS) -> list[dict]:

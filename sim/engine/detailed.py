@@ -27,8 +27,6 @@ and to run cases the fast path cannot (ECMP collisions, asymmetric placement, co
 
 from __future__ import annotations
 
-import gc
-
 import simpy
 
 from sim.costs.comm import per_flow_cluster, ring_latency_for, spec_of
@@ -36,7 +34,7 @@ from sim.engine.attribution import exposed_terms
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_scope import check_strategy_scope
 from sim.engine.detailed_sync import GradientSync, check_sync, detailed_collective, uses_collective
-from sim.engine.flows import ClusterNetwork
+from sim.engine.flows import ClusterNetwork, run_to_end
 from sim.engine.plan import IterationPlan, build_plan
 from sim.engine.streams import RankStreams
 from sim.errors import ConfigError
@@ -239,16 +237,7 @@ def run_detailed_with_network(scenario: Scenario, compute_scale: float = 1.0) ->
     reductions = [(b.index, sync.collective_bytes(b.n_bytes)) for b in plan.buckets]
     for p in range(servers):
         env.process(sync.coll.ps_server(p, reductions, servers, members))
-    events = 0
-    collecting = gc.isenabled()
-    gc.disable()  # tens of thousands of live processes: the cycle collector's passes grow with them
-    try:
-        while env.peek() != float("inf"):
-            env.step()
-            events += 1
-    finally:
-        if collecting:
-            gc.enable()
+    events = run_to_end(env)
     unfinished = [r.rank for r in ranks if not r.comm_done.triggered]
     if unfinished or not envelope.done.triggered:
         raise RuntimeError(f"detailed run deadlocked: ranks {unfinished[:8]} never finished")

@@ -33,7 +33,7 @@ from typing import Any
 
 import simpy
 
-from sim.costs.comm import PLAIN_RING, RingLatency
+from sim.costs.comm import PLAIN_RING, RingLatency, per_flow_cluster, ring_latency_for
 from sim.engine.flows import ClusterNetwork
 
 LatencyOf = Callable[[str, float, int, int], RingLatency]
@@ -267,3 +267,25 @@ class Collectives:
                 yield self.messages.arrival((tag, "push", rank, p))
             for rank in workers:
                 self.messages.send((tag, "pull", p, rank), n + p, rank, n_bytes / servers)
+
+
+def isolated_ring_allreduce_s(cluster, n_bytes: float, spec, engine: Callable[..., Any] | None = None) -> float:
+    """One ring allreduce of ``n_bytes`` over every rank of ``cluster`` (its fabric, if any), alone
+    in the detailed mode's flow network, with ``spec``'s library latencies; ``engine``: the
+    collectives class (Collectives, the event engine, by default; or sim.engine.periodic's)."""
+    env = simpy.Environment()
+    net = ClusterNetwork(env, per_flow_cluster(cluster, spec))
+    coll = (engine or Collectives)(env, net, latency=ring_latency_for(cluster, spec))
+    members = list(range(cluster.world_size))
+    ends: list[float] = []
+
+    def rank(pos: int):
+        yield from coll.ring_allreduce(members, pos, n_bytes, "bucket")
+        ends.append(env.now)
+
+    for pos in members:
+        env.process(rank(pos))
+    env.run()
+    if len(ends) != len(members):
+        raise RuntimeError(f"ring deadlocked: {len(ends)} of {len(members)} ranks finished")
+    return max(ends)

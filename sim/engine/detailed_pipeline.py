@@ -39,7 +39,6 @@ it; elsewhere the detailed mode is the one that sees who shares a link at a give
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
 
 import simpy
@@ -50,7 +49,7 @@ from sim.costs.passes import layer_compute_s, pass_options, with_elementwise
 from sim.costs.tensor import tp_allreduces_per_pass, tp_message_bytes
 from sim.engine.detailed_collectives import Collectives
 from sim.engine.detailed_sync import GradientSync, check_sync
-from sim.engine.flows import ClusterNetwork
+from sim.engine.flows import ClusterNetwork, run_to_end
 from sim.engine.periodic import PeriodicCollectives
 from sim.engine.periodic_groups import GroupSharingCollectives
 from sim.engine.pipeline import schedule_ops
@@ -272,16 +271,7 @@ def run_detailed_pipeline(scenario: Scenario, compute_scale: float = 1.0) -> tup
     check_detailed_pipeline(scenario)
     run = _DetailedPipeline(scenario, compute_scale)
     env, plan = run.env, run.plan
-    events = 0
-    collecting = gc.isenabled()
-    gc.disable()  # tens of thousands of live processes: the cycle collector's passes grow with them
-    try:
-        while env.peek() != float("inf"):
-            env.step()
-            events += 1
-    finally:
-        if collecting:
-            gc.enable()
+    events = run_to_end(env)
     everyone: list[_SyncStep] = [*run.ranks, *run.mirrors]
     unfinished = [r.rank for r in everyone if not r.done.triggered]
     if unfinished:
