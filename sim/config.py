@@ -26,7 +26,13 @@ from typing import Any
 from sim.catalog import Catalog, builtin_catalog
 from sim.cluster import Cluster, cluster_from_dict
 from sim.costs.backends import BACKENDS, default_backend
-from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.errors import (
+    ConfigError,
+    reject_unknown_keys,
+    require_bool,
+    require_choice,
+    require_positive,
+)
 from sim.faults import (
     check_against_cluster,
     faults_from_dict,
@@ -98,9 +104,7 @@ def scenario_from_dict(spec: dict[str, Any], catalog: Catalog | None = None, ext
     if not isinstance(simulation, dict):
         raise ConfigError("simulation", simulation, "a mapping with keys " + ", ".join(SIMULATION_KEYS))
     reject_unknown_keys("simulation", simulation, SIMULATION_KEYS)
-    check_memory = simulation.get("check_memory", True)
-    if not isinstance(check_memory, bool):
-        raise ConfigError("simulation.check_memory", check_memory, "true or false")
+    check_memory = require_bool("simulation.check_memory", simulation.get("check_memory", True))
     seed = require_positive("simulation.seed", simulation.get("seed", 0), integer=True, allow_zero=True)
     scenario = Scenario(
         name=str(spec.get("name", "scenario")),

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from sim.catalog import GPU, Catalog
-from sim.errors import ConfigError, reject_unknown_keys, require_positive
+from sim.errors import ConfigError, reject_unknown_keys, require_bool, require_positive
 
 HETEROGENEITY_KEYS = ("jitter_cv", "slow_nodes", "slow_factor", "mixed_gpus")
 VARIABILITY_KEYS = ("stragglers", "gpu_cv", "iteration_cv")
@@ -127,9 +127,7 @@ def variability_from_dict(spec: Any, where: str = "variability") -> Variability:
     if not isinstance(spec, dict):
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(VARIABILITY_KEYS))
     reject_unknown_keys(where, spec, VARIABILITY_KEYS)
-    stragglers = spec.get("stragglers", True)
-    if not isinstance(stragglers, bool):
-        raise ConfigError(f"{where}.stragglers", stragglers, "true or false")
+    stragglers = require_bool(f"{where}.stragglers", spec.get("stragglers", True))
     gpu_cv = spec.get("gpu_cv")
     if gpu_cv is not None:
         gpu_cv = float(require_positive(f"{where}.gpu_cv", gpu_cv, allow_zero=True, maximum=MAX_JITTER_CV,

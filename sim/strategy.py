@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.cluster import MAX_WORLD_SIZE
-from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.errors import (
+    ConfigError,
+    reject_unknown_keys,
+    require_bool,
+    require_choice,
+    require_positive,
+)
 from sim.units import mib_to_bytes, require_size
 
 STRATEGY_KINDS = ("data_parallel", "pipeline", "tensor", "hybrid")
@@ -285,9 +291,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         raise ConfigError(where, spec, "a mapping with keys " + ", ".join(STRATEGY_KEYS))
     reject_unknown_keys(where, spec, STRATEGY_KEYS)
     spec = apply_framework(spec, where)
-    overlap = spec.get("overlap", True)
-    if not isinstance(overlap, bool):
-        raise ConfigError(f"{where}.overlap", overlap, "true or false")
+    overlap = require_bool(f"{where}.overlap", spec.get("overlap", True))
     bucket_mib = require_size(f"{where}.bucket_mib", spec.get("bucket_mib", DDP_DEFAULT_BUCKET_MIB), "MiB",
                               maximum=MAX_BUCKET_MIB, why="1 PiB: one bucket whatever the model")
     first_mib = spec.get("first_bucket_mib")
@@ -295,9 +299,7 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
         first_mib = require_size(f"{where}.first_bucket_mib", first_mib, "MiB", maximum=MAX_BUCKET_MIB,
                                  why="1 PiB: one bucket whatever the model")
     codec, codec_path = _codec_fields(spec, where)
-    error_feedback = spec.get("error_feedback", False)
-    if not isinstance(error_feedback, bool):
-        raise ConfigError(f"{where}.error_feedback", error_feedback, "true or false")
+    error_feedback = require_bool(f"{where}.error_feedback", spec.get("error_feedback", False))
     reduce_ns = spec.get("codec_reduce_ns_per_elem")
     if reduce_ns is not None:
         reduce_ns = float(require_positive(f"{where}.codec_reduce_ns_per_elem", reduce_ns, allow_zero=True))
@@ -319,12 +321,8 @@ def strategy_from_dict(spec: dict[str, Any] | None, where: str = "strategy") -> 
     nccl_version, mpi_library, mpi_gpu_buffers = library_fields(spec, where)
     fusion_mib = spec.get("fusion_mib")
     cycle_ms = spec.get("cycle_time_ms")
-    slows = spec.get("comm_slows_compute", True)
-    if not isinstance(slows, bool):
-        raise ConfigError(f"{where}.comm_slows_compute", slows, "true or false")
-    double = spec.get("double_buffering", False)
-    if not isinstance(double, bool):
-        raise ConfigError(f"{where}.double_buffering", double, "true or false")
+    slows = require_bool(f"{where}.comm_slows_compute", spec.get("comm_slows_compute", True))
+    double = require_bool(f"{where}.double_buffering", spec.get("double_buffering", False))
     negotiation = spec.get("negotiation")
     if negotiation is not None:
         from sim.costs.coordination import NEGOTIATIONS
@@ -433,9 +431,7 @@ def library_fields(spec: dict[str, Any], where: str = "strategy",
     return version, library, buffers
 def _llm_fields(spec: dict[str, Any], where: str) -> dict[str, Any]:
     """The large-model fields, each alone (check_degrees and sim.config check them together)."""
-    sp = spec.get("sequence_parallel", False)
-    if not isinstance(sp, bool):
-        raise ConfigError(f"{where}.sequence_parallel", sp, "true or false")
+    sp = require_bool(f"{where}.sequence_parallel", spec.get("sequence_parallel", False))
     stage = spec.get("zero_stage", 0)
     if isinstance(stage, bool) or stage not in ZERO_STAGES:
         raise ConfigError(f"{where}.zero_stage", stage, "0, 1, 2 or 3 (DeepSpeed's ZeRO stages; FSDP FULL_SHARD is 3, "
@@ -443,12 +439,8 @@ def _llm_fields(spec: dict[str, Any], where: str) -> dict[str, Any]:
     factor = spec.get("moe_capacity_factor")
     if factor is not None:
         factor = float(require_positive(f"{where}.moe_capacity_factor", factor))
-    overlap_gather = spec.get("overlap_param_gather", False)
-    if not isinstance(overlap_gather, bool):
-        raise ConfigError(f"{where}.overlap_param_gather", overlap_gather, "true or false")
-    overlap_reduce = spec.get("overlap_grad_reduce", False)
-    if not isinstance(overlap_reduce, bool):
-        raise ConfigError(f"{where}.overlap_grad_reduce", overlap_reduce, "true or false")
+    overlap_gather = require_bool(f"{where}.overlap_param_gather", spec.get("overlap_param_gather", False))
+    overlap_reduce = require_bool(f"{where}.overlap_grad_reduce", spec.get("overlap_grad_reduce", False))
     return {
         "sequence_parallel": sp,
         "cp": require_positive(f"{where}.cp", spec.get("cp", 1), integer=True),

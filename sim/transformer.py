@@ -38,7 +38,13 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.errors import (
+    ConfigError,
+    reject_unknown_keys,
+    require_bool,
+    require_choice,
+    require_positive,
+)
 
 FAMILIES = ("bert", "gpt2", "llama")
 ARCHITECTURE_KEYS = ("family", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len", "vocab",
@@ -150,9 +156,7 @@ def architecture_from_dict(spec: Any, where: str = "workload.architecture", base
         if seq > positions:
             raise ConfigError(f"{where}.seq_len", seq, f"at most max_positions={positions} (the learned position "
                               "table; raise workload.architecture.max_positions to train longer sequences)")
-    tied = given.get("tied_embeddings", family != "llama")
-    if not isinstance(tied, bool):
-        raise ConfigError(f"{where}.tied_embeddings", tied, "true or false")
+    tied = require_bool(f"{where}.tied_embeddings", given.get("tied_embeddings", family != "llama"))
     moe = _moe_fields(given, spec, where, family, ints["layers"], ffn)
     return Architecture(family=family, layers=ints["layers"], hidden=hidden, heads=heads, seq_len=seq,
                         vocab=ints["vocab"], kv_heads=kv_heads, ffn_hidden=ffn, max_positions=positions,

@@ -72,6 +72,10 @@ def _mxnet_doc_core_s(pixels: float) -> float:
     return MXNET_DOC_THREADS / MXNET_DOC_IMAGES_PER_S * pixels / MXNET_DOC_PIXELS
 
 
+MXNET_DOC_CORE_S = {kind: _mxnet_doc_core_s(d.pixels) for kind, d in DATASETS.items() if d is not None}
+"""Core-seconds per image of each dataset at MXNet's documented rate: the C++ decode-and-crop loaders' figure."""
+
+
 @dataclass(frozen=True)
 class Loader:
     name: str
@@ -105,21 +109,21 @@ LOADERS: dict[str, Loader] = {
                "medians of 3 and 2 runs)"),
     "mxnet_image_record_iter": Loader(
         "mxnet_image_record_iter",
-        {kind: _mxnet_doc_core_s(d.pixels) for kind, d in DATASETS.items() if d is not None},
+        MXNET_DOC_CORE_S,
         workers=MXNET_DOC_THREADS, per_node=True,
         source="MXNet 0.9's ImageRecordIter (preprocess_threads 4, example/image-classification --data-nthreads 4; "
                "one process per machine drives its GPUs): docs/how_to/perf.md's '4 CPU threads ... more than 1K "
                "images per second' at 480 x 640, scaled by pixels (MXNET_DOC_IMAGES_PER_S)"),
     "tf_queue_runners": Loader(
         "tf_queue_runners",
-        {kind: _mxnet_doc_core_s(d.pixels) for kind, d in DATASETS.items() if d is not None},
+        MXNET_DOC_CORE_S,
         workers=4, per_node=False,
         source="TensorFlow 0.12's Inception example (tensorflow/models inception/image_processing.py: "
                "num_preprocess_threads 4 per worker, decode_jpeg and crops in TF ops); per image assumed as MXNet's "
                "C++ decode-and-crop threads (no figure of its own found)"),
     "cpp_thread_pool": Loader(
         "cpp_thread_pool",
-        {kind: _mxnet_doc_core_s(d.pixels) for kind, d in DATASETS.items() if d is not None},
+        MXNET_DOC_CORE_S,
         workers=None, per_node=False,
         source="a C++ reader decoding on a thread pool as large as the host (CNTK 2.0's ImageDeserializer, Caffe2's "
                "ImageInput: thread counts assumed); per image assumed as MXNet's documented decode-and-crop rate"),

@@ -19,7 +19,13 @@ from sim.catalog import Catalog, builtin_catalog
 from sim.cluster import MAX_WORLD_SIZE, Cluster, cluster_from_dict
 from sim.codecs import CODECS
 from sim.costs.backends import BACKENDS, default_backend
-from sim.errors import ConfigError, reject_unknown_keys, require_choice, require_positive
+from sim.errors import (
+    ConfigError,
+    reject_unknown_keys,
+    require_bool,
+    require_choice,
+    require_positive,
+)
 from sim.faults import Variability, variability_from_dict
 from sim.strategy import (
     COLLECTIVES,
@@ -251,9 +257,7 @@ def plan_request_from_dict(spec: dict[str, Any], catalog: Catalog | None = None,
             raise ConfigError(name("max_memory_gib"), gib, f"at most the {limit / GIB:g} GiB of a {cluster.gpu.name}")
         limit = float(gib * GIB)
     backends = _backends(opt("backends"), cluster, name("backends"), strategy.protocol)
-    allow_lossy = opt("allow_lossy", False)
-    if not isinstance(allow_lossy, bool):
-        raise ConfigError(name("allow_lossy"), allow_lossy, "true or false")
+    allow_lossy = require_bool(name("allow_lossy"), opt("allow_lossy", False))
     return PlanRequest(
         workload=workload,
         cluster=cluster,
