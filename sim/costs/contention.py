@@ -200,6 +200,30 @@ def contended_time_s(t_s: float, load: PassLoad, footprint: Footprint | None) ->
     return t_s * contention_factor(load, footprint)
 
 
+def beside_comm_s(compute_s: float, comm_s: float, factor: float) -> float:
+    """Compute of ``compute_s`` (alone) that starts with a collective of ``comm_s`` beside it and is
+    slowed by ``factor`` (``contention_factor``) while that runs, at full speed after: the event
+    layer's rule (sim/engine/streams.py ``_work``) in closed form. The collective outlasts the
+    compute (comm_s >= factor x compute_s): compute_s x factor; else it progresses comm_s / factor
+    during the collective and finishes the rest alone: compute_s + comm_s (1 - 1 / factor)."""
+    if compute_s <= 0 or comm_s <= 0 or factor <= 1.0:
+        return compute_s
+    if comm_s >= factor * compute_s:
+        return compute_s * factor
+    return compute_s + comm_s * (1.0 - 1.0 / factor)
+
+
+def split_load(load: PassLoad, split: int) -> PassLoad:
+    """One rank's share of a pass split ``split`` ways (tensor or context parallelism): its
+    compute and memory seconds / split, each GEMM's thread blocks / split (rounded up: the output
+    is cut along one dimension), the launch as it is."""
+    if split <= 1:
+        return load
+    gemms = tuple((share, None if blocks is None else max(1, math.ceil(blocks / split)))
+                  for share, blocks in load.gemms)
+    return PassLoad(load.compute_s / split, load.memory_s / split, load.launch_s, gemms, load.blocks_per_sm)
+
+
 # -- what a collective takes --------------------------------------------------------------------
 
 

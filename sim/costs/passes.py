@@ -27,7 +27,12 @@ the frameworks run them:
   again before its backward, the next unit's prefetched while this one computes, and its gradients
   reduce-scattered after its backward (torch FSDP: forward_prefetch, backward_prefetch
   BACKWARD_PRE; DeepSpeed stage 3's prefetch): a unit's pass takes max(its compute, its gathers
-  (+ its reduce-scatter in backward)); what is not hidden is added to the unit's pass.
+  (+ its reduce-scatter in backward)); what is not hidden is added to the unit's pass. While they
+  run, the gathers hold SMs and memory bandwidth the unit's kernels need (sim.costs.contention, the
+  rule the data-parallel path applies to its buckets): each layer's share of its roofline load,
+  under the footprint of its unit's collectives, gives its factor; the collective is taken as
+  spread evenly over the unit's compute stream (its compute and its TP collectives alike), and the
+  compute beside it runs ``beside_comm_s`` (``Passes.slowdown_s``).
 
 Everything here is arithmetic on numbers the caller computed once (the planner caches them);
 ``sim.engine.pipeline_plan`` and ``sim.engine.plan`` call it with the same inputs, so the fast
@@ -40,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sim.costs.contention import Footprint, PassLoad, beside_comm_s, contention_factor, split_load
 from sim.costs.pipeline import layer_unit
 from sim.workload import Layer
 
@@ -82,6 +88,16 @@ class Passes:
     all-to-alls, ZeRO-3 gathers and reduce-scatters not hidden."""
     recompute_s: tuple[float, ...]
     """Recomputation's compute inside bwd_s (its communication is in tp_comm_s and model_comm_s)."""
+    slowdown_s: tuple[float, ...] = ()
+    """Compute added inside fwd_s + bwd_s by ZeRO-3's collectives running beside it (SMs and memory
+    bandwidth taken: sim.costs.contention); empty: none."""
+
+
+def rank_split(layer: Layer, options: PassOptions) -> int:
+    """How many ways a layer's work is split among the ranks: cp, times tp unless a replicated
+    kind without sequence parallelism."""
+    kind = layer.kind.lower()
+    return options.cp * (options.tp if options.sequence_parallel or kind not in REPLICATED_COMPUTE_KINDS else 1)
 
 
 def layer_compute_s(layer: Layer, fwd_s: float, bwd_s: float, options: PassOptions) -> tuple[float, float]:
@@ -93,7 +109,7 @@ def layer_compute_s(layer: Layer, fwd_s: float, bwd_s: float, options: PassOptio
         bwd_s = bwd_s + FLASH_BACKWARD_EXTRA * fwd_s
     if kind == "experts":
         fwd_s, bwd_s = fwd_s * options.capacity_factor, bwd_s * options.capacity_factor
-    split = options.cp * (options.tp if options.sequence_parallel or kind not in REPLICATED_COMPUTE_KINDS else 1)
+    split = rank_split(layer, options)
     return fwd_s / split, bwd_s / split
 
 
@@ -120,7 +136,9 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
                  tp_comm_s: Sequence[float] | None = None, kv_send_s: float = 0.0, alltoall_s: float = 0.0,
                  unit_gather_s: dict[str, float] | None = None,
                  unit_scatter_s: dict[str, float] | None = None, units: Sequence[str] | None = None,
-                 elementwise_s: Sequence[tuple[float, float, bool]] | None = None) -> Passes:
+                 elementwise_s: Sequence[tuple[float, float, bool]] | None = None,
+                 unit_footprints: dict[str, tuple[Footprint | None, Footprint | None]] | None = None,
+                 loads: Sequence[tuple[PassLoad, PassLoad]] | None = None) -> Passes:
     """Per layer: forward, backward, and what of them is communication and recomputation.
 
     ``times``: (forward, backward) of each whole layer at the micro-batch; ``tp_comm_s``: one
@@ -132,17 +150,24 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
     (sim.costs.pipeline.layer_unit; a workload's ``layer_units``), computed here if not given;
     ``elementwise_s``: the memory-bound kernels after each layer (sim.costs.elementwise: forward,
     backward, replicated), split over tp as their tensors are (replicated ones only with sequence
-    parallelism) and over cp."""
+    parallelism) and over cp; ``unit_footprints``: what each unit's ZeRO-3 collectives take from
+    the GPU in forward and in backward (sim.costs.contention.comm_footprint) and ``loads`` each
+    whole layer's roofline terms at the micro-batch (sim.costs.compute.pass_loads), without which
+    nothing is slowed."""
     o = options
     n = len(layers)
     if units is None:
         units = [layer_unit(layer.name) for layer in layers]
     fwd, bwd = [0.0] * n, [0.0] * n
     tp_c, model_c, recompute = [0.0] * n, [0.0] * n, [0.0] * n
+    # each layer's compute by pass: (its own kernels, the memory-bound kernels after it), what
+    # ZeRO-3's collectives slow (forward, backward, the recomputed forward inside backward)
+    kernels: list[tuple[tuple[float, float], tuple[float, float], tuple[float, float]]] = []
     for i, (layer, (f, b)) in enumerate(zip(layers, times, strict=True)):
         kind = layer.kind.lower()
         comm = tp_comm_s[i] if tp_comm_s is not None else 0.0
         f_rank, b_rank = layer_compute_s(layer, f, b, o)
+        own_f, own_b = f_rank, b_rank
         if elementwise_s is not None:
             f_rank, b_rank = with_elementwise(f_rank, b_rank, elementwise_s[i], o)
         extra_f = extra_b = 0.0
@@ -163,16 +188,59 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
             model_c[i] += extra_f
             recompute[i] = f_rank
         fwd[i], bwd[i] = forward, backward + again
+        kernels.append(((own_f, f_rank - own_f), (own_b, b_rank - own_b),
+                        (own_f, f_rank - own_f) if again else (0.0, 0.0)))
+    slowdown = [0.0] * n
     if unit_gather_s:
-        _overlap_sharded_units(units, fwd, bwd, model_c, unit_gather_s, unit_scatter_s or {})
-    return Passes(tuple(fwd), tuple(bwd), tuple(tp_c), tuple(model_c), tuple(recompute))
+        factors = None
+        if unit_footprints and loads is not None:
+            factors = _unit_factors(layers, units, kernels, loads, unit_footprints, o)
+        _overlap_sharded_units(units, fwd, bwd, model_c, unit_gather_s, unit_scatter_s or {}, kernels, factors,
+                               slowdown)
+    return Passes(tuple(fwd), tuple(bwd), tuple(tp_c), tuple(model_c), tuple(recompute),
+                  tuple(slowdown) if any(slowdown) else ())
+
+
+def _unit_factors(layers: Sequence[Layer], units: Sequence[str], kernels, loads: Sequence[tuple[PassLoad, PassLoad]],
+                  footprints: dict[str, tuple[Footprint | None, Footprint | None]],
+                  options: PassOptions) -> list[tuple[float, float]]:
+    """Per layer, (forward, backward) compute time beside its unit's ZeRO-3 collectives over its
+    time alone: its own kernels by their roofline (sim.costs.contention.contention_factor of the
+    rank's share, ``split_load``), the memory-bound kernels after it by the memory ratio, the
+    recomputed forward by the forward's load, weighted by their times."""
+    def weighted(parts: list[tuple[float, PassLoad | None]], fp: Footprint | None) -> float:
+        total = sum(t for t, _ in parts)
+        if fp is None or total <= 0:
+            return 1.0
+        return sum(t * (contention_factor(load, fp) if load is not None else fp.memory_ratio)
+                   for t, load in parts) / total
+
+    out = []
+    # a model's blocks repeat: the same loads and footprints (interned by the callers: one object
+    # per distinct value) and the same times give the same factors
+    seen: dict[tuple, tuple[float, float]] = {}
+    for i, layer in enumerate(layers):
+        fwd_fp, bwd_fp = footprints.get(units[i], (None, None))
+        split = rank_split(layer, options)
+        key = (id(loads[i]), split, id(fwd_fp), id(bwd_fp), kernels[i])
+        if key not in seen:
+            load_f, load_b = (split_load(x, split) for x in loads[i])
+            (own_f, ew_f), (own_b, ew_b), (own_r, ew_r) = kernels[i]
+            seen[key] = (weighted([(own_f, load_f), (ew_f, None)], fwd_fp),
+                         weighted([(own_b, load_b), (ew_b, None), (own_r, load_f), (ew_r, None)], bwd_fp))
+        out.append(seen[key])
+    return out
 
 
 def _overlap_sharded_units(units: Sequence[str], fwd: list[float], bwd: list[float], model_c: list[float],
-                           gather_s: dict[str, float], scatter_s: dict[str, float]) -> None:
+                           gather_s: dict[str, float], scatter_s: dict[str, float], kernels,
+                           factors: list[tuple[float, float]] | None, slowdown: list[float]) -> None:
     """ZeRO-3: a unit's forward takes max(its compute, its gather), its backward max(its compute,
     its gather + reduce-scatter); the excess lands on the unit's last layer in forward and its
-    first in backward (the ends of its passes)."""
+    first in backward (the ends of its passes). With ``factors``, the compute beside the
+    collectives is slowed first (module docstring): the collectives run beside the compute for the
+    compute's share of the unit's pass, and the unit's compute takes ``beside_comm_s`` of that
+    with its time-weighted factor."""
     spans: dict[str, list[int]] = {}
     for i, unit in enumerate(units):
         spans.setdefault(unit, []).append(i)
@@ -180,12 +248,36 @@ def _overlap_sharded_units(units: Sequence[str], fwd: list[float], bwd: list[flo
         gather, scatter = gather_s.get(unit, 0.0), scatter_s.get(unit, 0.0)
         if gather <= 0 and scatter <= 0:
             continue
-        late_f = max(0.0, gather - sum(fwd[i] for i in members))
-        late_b = max(0.0, gather + scatter - sum(bwd[i] for i in members))
-        fwd[members[-1]] += late_f
-        bwd[members[0]] += late_b
+        extra_f = extra_b = 0.0
+        if factors is not None:
+            extra_f = _slowed_s(members, fwd, gather, [sum(kernels[i][0]) for i in members],
+                                [factors[i][0] for i in members])
+            extra_b = _slowed_s(members, bwd, gather + scatter,
+                                [sum(kernels[i][1]) + sum(kernels[i][2]) for i in members],
+                                [factors[i][1] for i in members])
+        late_f = max(0.0, gather - sum(fwd[i] for i in members) - extra_f)
+        late_b = max(0.0, gather + scatter - sum(bwd[i] for i in members) - extra_b)
+        fwd[members[-1]] += extra_f + late_f
+        bwd[members[0]] += extra_b + late_b
         model_c[members[-1]] += late_f
         model_c[members[0]] += late_b
+        slowdown[members[-1]] += extra_f
+        slowdown[members[0]] += extra_b
+
+
+def _slowed_s(members: list[int], stream: list[float], comm_s: float, compute: list[float],
+              factors: list[float]) -> float:
+    """Compute added to one unit's pass by its collectives of ``comm_s`` beside it, at the
+    time-weighted factor: the compute C of the pass's stream T meets max(comm_s x C / T,
+    comm_s - (T - C)) of them (spread evenly over the stream; what outlasts the stream's other
+    work, its TP collectives, is all beside compute)."""
+    work = sum(compute)
+    total = sum(stream[i] for i in members)
+    if work <= 0 or total <= 0 or comm_s <= 0:
+        return 0.0
+    factor = sum(c * f for c, f in zip(compute, factors, strict=True)) / work
+    beside = max(comm_s * work / total, comm_s - (total - work))
+    return beside_comm_s(work, beside, factor) - work
 
 
 def attention_is_flash(scenario: Scenario) -> bool:

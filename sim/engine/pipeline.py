@@ -137,7 +137,8 @@ def run_pipeline(plan: PipelinePlan, world_size: int, batch_size: int) -> Iterat
     flush = max(pipe.flush_end)
     busiest = max(plan.stages, key=lambda st: st.fwd_s + st.bwd_s)
     busy = m * (busiest.fwd_s + busiest.bwd_s)
-    compute = busy + busiest.optimizer_s
+    slowdown = m * busiest.slowdown_s  # inside its passes; reported apart, as the data-parallel path does
+    compute = busy + busiest.optimizer_s - slowdown
     bubble = max(0.0, flush - busy)  # one stage: the sum of m passes may round a hair below m x a pass
     bytes_total = dict(plan.tp_bytes_by_link)
     for st in plan.stages:
@@ -151,7 +152,7 @@ def run_pipeline(plan: PipelinePlan, world_size: int, batch_size: int) -> Iterat
         batch_size=batch_size,
         iteration_time_s=total,
         compute_time_s=compute,
-        exposed_comm_time_s=max(0.0, total - compute - bubble),
+        exposed_comm_time_s=max(0.0, total - compute - slowdown - bubble),
         comm_time_s=max(st.dp_sync_s for st in plan.stages),
         forward_time_s=m * busiest.fwd_s,
         backward_time_s=m * busiest.bwd_s,
@@ -168,6 +169,7 @@ def run_pipeline(plan: PipelinePlan, world_size: int, batch_size: int) -> Iterat
         pp_comm_time_s=2 * m * max(pp_sends_s(st) for st in plan.stages),
         model_comm_time_s=m * busiest.model_comm_s,
         recompute_time_s=m * busiest.recompute_s,
+        overlap_slowdown_time_s=slowdown,
     )
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from sim.cluster import Cluster
 from sim.costs.collectives import link_of
 from sim.costs.comm import CommSpec, op_cost, spec_of
-from sim.costs.compute import layer_times_s, workload_optimizer_time_s
+from sim.costs.compute import layer_times_s, pass_loads, workload_optimizer_time_s
+from sim.costs.contention import Footprint, bus_bytes_sent, comm_footprint
 from sim.costs.elementwise import elementwise_times_s
 from sim.costs.network import message_time_s
 from sim.costs.passes import Passes, layer_passes, pass_options
@@ -87,6 +88,8 @@ class StagePlan:
     """ZeRO-1/2: the allgather of the updated parameter shards after the optimizer step."""
     chunks: tuple[ChunkPlan, ...] = ()
     """The interleaved schedule's model chunks (vpp > 1); empty: the stage is one chunk."""
+    slowdown_s: float = 0.0
+    """Of fwd_s + bwd_s: compute added by ZeRO-3's collectives beside it (sim.costs.passes)."""
 
 
 @dataclass(frozen=True)
@@ -151,30 +154,60 @@ def param_shares(layers: tuple[Layer, ...] | list[Layer], lo: int, hi: int, tp: 
     return dense, experts
 
 
-def zero3_unit_comm(scenario: Scenario, spec: CommSpec | None = None) -> tuple[dict[str, float], dict[str, float]]:
-    """ZeRO-3: per unit, the allgather of its parameters and the reduce-scatter of its gradients
-    (each rank's tp/ep share, in the compute precision) over the ranks that shard it."""
+def _zero3_units(scenario: Scenario) -> dict[str, list[tuple[float, Cluster]]]:
+    """ZeRO-3: per unit, (bytes, group) of what its collectives move: each rank's tp/ep share of
+    the unit's parameters (dense, then experts), in the compute precision, over the ranks that
+    shard it; empty without ZeRO-3 or with nobody to shard over."""
     s, w, c = scenario.strategy, scenario.workload, scenario.cluster
     dp = s.dp_degree(c.world_size)
     if s.zero_stage < 3 or dp * s.cp == 1:
-        return {}, {}
+        return {}
     dtype = DTYPE_BYTES[s.precision]
-    spec = spec or spec_of(s)
     dense_group = grad_group(c, dp, s.tp, s.pp, s.cp)
     expert_group = expert_grad_group(c, dp, s.ep, s.tp, s.pp, s.cp) if s.ep > 1 else dense_group
     spans: dict[str, list[int]] = {}
     for i, unit in enumerate(w.layer_units):
         spans.setdefault(unit, []).append(i)
-    gather, scatter = {}, {}
+    out: dict[str, list[tuple[float, Cluster]]] = {}
     for unit, members in spans.items():
         dense, experts = param_shares(w.layers, members[0], members[-1] + 1, s.tp, s.ep)
-        g = r = 0.0
-        for count, group in ((dense, dense_group), (experts, expert_group)):
-            if count > 0 and group.world_size > 1:
-                g += op_cost("allgather", count * dtype, group, spec).time_s
-                r += op_cost("reduce_scatter", count * dtype, group, spec).time_s
-        gather[unit], scatter[unit] = g, r
+        out[unit] = [(count * dtype, group) for count, group in ((dense, dense_group), (experts, expert_group))
+                     if count > 0 and group.world_size > 1]
+    return out
+
+
+def zero3_unit_comm(scenario: Scenario, spec: CommSpec | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """ZeRO-3: per unit, the allgather of its parameters and the reduce-scatter of its gradients
+    (each rank's tp/ep share, in the compute precision) over the ranks that shard it."""
+    spec = spec or spec_of(scenario.strategy)
+    gather, scatter = {}, {}
+    for unit, parts in _zero3_units(scenario).items():
+        gather[unit] = sum(op_cost("allgather", n, group, spec).time_s for n, group in parts)
+        scatter[unit] = sum(op_cost("reduce_scatter", n, group, spec).time_s for n, group in parts)
     return gather, scatter
+
+
+def zero3_unit_footprints(scenario: Scenario, gather: dict[str, float], scatter: dict[str, float]
+                          ) -> dict[str, tuple[Footprint | None, Footprint | None]]:
+    """ZeRO-3: per unit, what its collectives take from each GPU while they run (sim.costs.contention.
+    comm_footprint), in forward (its allgather over ``gather[unit]`` seconds) and in backward (the
+    allgather and the reduce-scatter, over their sum): a ring's channels, assumed for both ops
+    (NCCL runs them as rings across nodes: src/device/all_gather.h, reduce_scatter.h runRing), and
+    each rank's bus bytes (n - 1) / n x S per op through memory. Empty where nothing is slowed."""
+    out: dict[str, tuple[Footprint | None, Footprint | None]] = {}
+    interned: dict[tuple[Footprint | None, Footprint | None], tuple[Footprint | None, Footprint | None]] = {}
+    for unit, parts in _zero3_units(scenario).items():
+        if not parts:
+            continue
+        group = parts[0][1]
+        sent = sum(bus_bytes_sent("allgather", n, g.world_size) for n, g in parts)
+        total = sum(n for n, _ in parts)
+        fwd = comm_footprint(total, sent, gather.get(unit, 0.0), "ring", group, scenario.strategy)
+        bwd = comm_footprint(total, 2 * sent, gather.get(unit, 0.0) + scatter.get(unit, 0.0), "ring", group,
+                             scenario.strategy)
+        if fwd is not None or bwd is not None:
+            out[unit] = interned.setdefault((fwd, bwd), (fwd, bwd))
+    return out
 
 
 def scaled_passes(fwd_s: float, bwd_s: float, comm_s: float, scale: float) -> tuple[float, float]:
@@ -252,6 +285,7 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
             recompute_s=sum(passes.recompute_s[i] for i in layer_ids),
             param_gather_s=gather_s,
             chunks=chunks if v > 1 else (),
+            slowdown_s=sum(passes.slowdown_s[i] for i in layer_ids) if passes.slowdown_s else 0.0,
         ))
     return PipelinePlan(tuple(stages), m, strategy.schedule, dp, tp,
                         _tp_bytes(scenario, micro_batch, dtype_bytes, tp_group(cluster, tp)), vpp=v)
@@ -266,11 +300,22 @@ def scenario_passes(scenario: Scenario, micro_batch: int, dtype_bytes: int) -> P
     sp = s.sequence_parallel and s.tp > 1
     tp_comm = [tp_layer_comm_s(layer, micro_batch, dtype_bytes, group, spec, sp, 1 / s.cp) for layer in scenario.workload.layers]
     gather, scatter = zero3_unit_comm(scenario)
+    footprints = zero3_unit_footprints(scenario, gather, scatter)
     options = pass_options(scenario)
     return layer_passes(scenario.workload.layers, times, options, tp_comm,
                         kv_send_s(scenario, micro_batch, dtype_bytes), moe_alltoall_s(scenario, micro_batch, dtype_bytes),
                         gather, scatter, scenario.workload.layer_units,
-                        elementwise_times_s(scenario.workload, micro_batch, cluster.gpu, dtype_bytes, options.flash))
+                        elementwise_times_s(scenario.workload, micro_batch, cluster.gpu, dtype_bytes, options.flash),
+                        footprints, micro_batch_loads(scenario, micro_batch, dtype_bytes) if footprints else None)
+
+
+def micro_batch_loads(scenario: Scenario, micro_batch: int, dtype_bytes: int):
+    """Every whole layer's (forward, backward) roofline terms at the micro-batch (sim.costs.compute.pass_loads),
+    one object per distinct value (a model's repeated blocks share theirs)."""
+    loads = pass_loads(scenario.workload.with_batch_size(micro_batch), scenario.cluster.gpu,
+                       scenario.strategy.precision, dtype_bytes)
+    interned: dict = {}
+    return [interned.setdefault(pair, pair) for pair in loads]
 
 
 def chunk_bounds(scenario: Scenario, times_s: list[float] | None = None) -> list[tuple[int, int]]:

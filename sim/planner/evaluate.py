@@ -42,6 +42,7 @@ from sim.engine.pipeline_plan import (
     _chunk_send,
     chunk_bounds,
     kv_send_s,
+    micro_batch_loads,
     micro_batch_times_s,
     moe_alltoall_s,
     optimizer_params,
@@ -50,6 +51,7 @@ from sim.engine.pipeline_plan import (
     stage_sync,
     tp_spec,
     zero3_unit_comm,
+    zero3_unit_footprints,
 )
 from sim.engine.plan import (
     DDP_FIRST_BUCKET_BYTES,
@@ -388,11 +390,16 @@ class Evaluator:
                             lambda: moe_alltoall_s(scenario, micro, self.dtype_bytes))
             gather, scatter = self._get(("zero3", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp, layout.ep,
                                          layout.zero_stage >= 3, backend), lambda: zero3_unit_comm(scenario))
+            footprints = self._get(("zero3_footprints", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp,
+                                    layout.ep, layout.zero_stage >= 3, backend),
+                                   lambda: zero3_unit_footprints(scenario, gather, scatter))
+            loads = self._get(("micro_loads", layout.batch if self.measured else 0, micro),
+                              lambda: micro_batch_loads(scenario, micro, self.dtype_bytes)) if footprints else None
             options = pass_options(scenario)
             elementwise = self._get(("elementwise", micro), lambda: elementwise_times_s(
                 self.request.workload, micro, self.gpu, self.dtype_bytes, options.flash))
             return layer_passes(self.layers, times, options, tp_comm, kv, a2a, gather, scatter,
-                                self.request.workload.layer_units, elementwise)
+                                self.request.workload.layer_units, elementwise, footprints, loads)
 
         return self._get(key, make)
 
@@ -555,20 +562,22 @@ class Evaluator:
         # run_pipeline's accounting: the busiest stage (the first of equals) sets compute
         busiest = max(range(p), key=lambda s: dev_f[s] + dev_b[s])
         busy = m * (dev_f[busiest] + dev_b[busiest])
-        compute = busy + opt_s[busiest]
         bubble = max(0.0, max(flush) - busy)  # as run_pipeline clamps it
         layer_ids = [i for lo, hi in bounds[busiest::p] for i in range(lo, hi)]
         passes = self._passes(layout, sync.backend)
+        slowdown = m * sum(passes.slowdown_s[i] for i in layer_ids) if passes.slowdown_s else 0.0
+        compute = busy + opt_s[busiest] - slowdown
         tp_s = sum(passes.tp_comm_s[i] for i in layer_ids)
         model_s = sum(passes.model_comm_s[i] for i in layer_ids)
         recompute_s = sum(passes.recompute_s[i] for i in layer_ids)
         per_device_sends = [sends[s] if v == 1 else sum(sends[k] for k in range(s, len(sends), p)) for s in range(p)]
         return Outcome(
-            iteration_time_s=slow, compute_time_s=compute, exposed_comm_time_s=max(0.0, total - compute - bubble),
+            iteration_time_s=slow, compute_time_s=compute,
+            exposed_comm_time_s=max(0.0, total - compute - slowdown - bubble),
             bubble_time_s=bubble, codec_time_s=max(codec_s), tp_comm_time_s=m * tp_s,
             pp_comm_time_s=2 * m * max(per_device_sends), comm_time_s=max(dp_s), memory_bytes=memory,
             model_comm_time_s=m * model_s, recompute_time_s=m * recompute_s,
-            straggler_wait_time_s=max(0.0, slow - total))
+            overlap_slowdown_time_s=slowdown, straggler_wait_time_s=max(0.0, slow - total))
 
 
 def _chunk_plans(times, sends, p: int, s: int):

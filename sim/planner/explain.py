@@ -268,8 +268,12 @@ def structures(result: PlanResult) -> list[StructureRow]:
         total = c.objective_value(objective) - w_value
         ups = sorted(((d, k) for k, d in deltas.items() if d > 0.1 * total), reverse=True)[:2]
         more = "more" if objective == "gpu_hours" else "longer"
+        less = "less" if objective == "gpu_hours" else "shorter"
         reasons = tuple(_phrase(k, f"{_amount(d, objective)} {more}", c, g) for d, k in ups) or (
             "no single part: small differences add up",)
+        # what it saves, where that is as large as a tenth of the whole gap (a close race says both sides)
+        downs = sorted((d, k) for k, d in deltas.items() if d < -0.1 * total)[:1]
+        reasons += tuple(f"against {_phrase(k, f'{_amount(-d, objective)} {less}', c, g)}" for d, k in downs)
         rows.append(StructureRow(name, c, gap=gap, reasons=reasons))
     return rows
 
@@ -301,5 +305,8 @@ def structure_sentence(result: PlanResult) -> str:
         if r.gap <= TIE_SHARE:
             clauses.append(f"{r.family} ties with it ({100 * r.gap:.2g} %)")
             continue
-        clauses.append(f"{r.family} is {percent(r.gap)} slower: {' and '.join(r.reasons)}")
+        gains = [x for x in r.reasons if x.startswith("against ")]
+        costs = [x for x in r.reasons if not x.startswith("against ")]
+        clauses.append(f"{r.family} is {percent(r.gap)} slower: {' and '.join(costs)}"
+                       + "".join(f", {x}" for x in gains))
     return head + (": " + "; ".join(clauses) + "." if clauses else ".")
