@@ -8,7 +8,8 @@
   the experts over ep. ZeRO (``strategy.zero_stage``, section 5.1) shards over the ranks that hold
   the same parameters (dp x cp; the experts' over dp x cp / ep): stage 1 the optimizer state,
   stage 2 also the gradients, stage 3 also the parameters, which are then gathered a unit (a
-  transformer block) at a time, the next one prefetched: two units whole.
+  transformer block) at a time, the next one prefetched, the computing one copied out of its
+  gather's buffer: three units whole.
 - Activations: a transformer's (``workload.architecture``) tensor by tensor as Korthikanti et al.
   2022 count them (sim.costs.activations: tensor and sequence parallelism, selective or full
   recomputation, flash or eager attention, context parallelism, mixture-of-experts blocks); a
@@ -171,7 +172,11 @@ def _model_state(scenario: Scenario, chunks: list[tuple[int, int]], dp: int) -> 
     params = dense + experts
     gathered = 0.0
     if stage >= 3 and shard > 1:
-        gathered = 2 * _largest_unit_params(workload, tuple(chunks), tp, ep) * dtype
+        # three units at the peak: the one computing (its parameters copied out of the gather's
+        # buffer, sim.costs.passes), that buffer, kept to overlap the copy with the next gather
+        # (torch FSDP2 wait_for_unshard: 'Defer free to allow for overlap of this copy-out with next
+        # all-gather collective', _fsdp_param_group.py @002a76f), and the next unit's gather
+        gathered = 3 * _largest_unit_params(workload, tuple(chunks), tp, ep) * dtype
     return {
         "params": sharded(dense, experts, 3) * dtype,
         "grads": sharded(dense, experts, 2) * dtype,

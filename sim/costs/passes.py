@@ -32,7 +32,14 @@ the frameworks run them:
   rule the data-parallel path applies to its buckets): each layer's share of its roofline load,
   under the footprint of its unit's collectives, gives its factor; the collective is taken as
   spread evenly over the unit's compute stream (its compute and its TP collectives alike), and the
-  compute beside it runs ``beside_comm_s`` (``Passes.slowdown_s``).
+  compute beside it runs ``beside_comm_s`` (``Passes.slowdown_s``). A gathered unit is then copied
+  out of the collective's rank-major buffer into its parameters on the compute stream, in forward
+  and again in backward (the caller's ``unit_copy_s``): torch FSDP2's ``wait_for_unshard`` runs
+  ``foreach_all_gather_copy_out`` on the current stream (torch/distributed/fsdp/_fully_shard/
+  _fsdp_param_group.py @002a76f), DeepSpeed stage 3's ``AllGatherCoalescedHandle.wait`` sets each
+  parameter to a ``torch.cat`` of its ranks' partitions (deepspeed/runtime/zero/
+  partition_parameters.py @c4ec23f); FSDP1's flat parameter, a view of the gather's output, has no
+  such copy (not modelled apart).
 
 Everything here is arithmetic on numbers the caller computed once (the planner caches them);
 ``sim.engine.pipeline_plan`` and ``sim.engine.plan`` call it with the same inputs, so the fast
@@ -85,7 +92,7 @@ class Passes:
     """Tensor-parallel collectives inside fwd_s + bwd_s (recomputed forward's included)."""
     model_comm_s: tuple[float, ...]
     """Other model-parallel communication inside fwd_s + bwd_s: ring attention's sends not hidden,
-    all-to-alls, ZeRO-3 gathers and reduce-scatters not hidden."""
+    all-to-alls, ZeRO-3 gathers and reduce-scatters not hidden and the copies of its gathered units."""
     recompute_s: tuple[float, ...]
     """Recomputation's compute inside bwd_s (its communication is in tp_comm_s and model_comm_s)."""
     slowdown_s: tuple[float, ...] = ()
@@ -138,7 +145,8 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
                  unit_scatter_s: dict[str, float] | None = None, units: Sequence[str] | None = None,
                  elementwise_s: Sequence[tuple[float, float, bool]] | None = None,
                  unit_footprints: dict[str, tuple[Footprint | None, Footprint | None]] | None = None,
-                 loads: Sequence[tuple[PassLoad, PassLoad]] | None = None) -> Passes:
+                 loads: Sequence[tuple[PassLoad, PassLoad]] | None = None,
+                 unit_copy_s: dict[str, float] | None = None) -> Passes:
     """Per layer: forward, backward, and what of them is communication and recomputation.
 
     ``times``: (forward, backward) of each whole layer at the micro-batch; ``tp_comm_s``: one
@@ -153,7 +161,8 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
     parallelism) and over cp; ``unit_footprints``: what each unit's ZeRO-3 collectives take from
     the GPU in forward and in backward (sim.costs.contention.comm_footprint) and ``loads`` each
     whole layer's roofline terms at the micro-batch (sim.costs.compute.pass_loads), without which
-    nothing is slowed."""
+    nothing is slowed; ``unit_copy_s``: ZeRO-3's copy of a gathered unit into its parameters, on
+    the compute stream after each gather (module docstring)."""
     o = options
     n = len(layers)
     if units is None:
@@ -196,7 +205,7 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
         if unit_footprints and loads is not None:
             factors = _unit_factors(layers, units, kernels, loads, unit_footprints, o)
         _overlap_sharded_units(units, fwd, bwd, model_c, unit_gather_s, unit_scatter_s or {}, kernels, factors,
-                               slowdown)
+                               slowdown, unit_copy_s or {})
     return Passes(tuple(fwd), tuple(bwd), tuple(tp_c), tuple(model_c), tuple(recompute),
                   tuple(slowdown) if any(slowdown) else ())
 
@@ -234,13 +243,15 @@ def _unit_factors(layers: Sequence[Layer], units: Sequence[str], kernels, loads:
 
 def _overlap_sharded_units(units: Sequence[str], fwd: list[float], bwd: list[float], model_c: list[float],
                            gather_s: dict[str, float], scatter_s: dict[str, float], kernels,
-                           factors: list[tuple[float, float]] | None, slowdown: list[float]) -> None:
+                           factors: list[tuple[float, float]] | None, slowdown: list[float],
+                           copy_s: dict[str, float]) -> None:
     """ZeRO-3: a unit's forward takes max(its compute, its gather), its backward max(its compute,
     its gather + reduce-scatter); the excess lands on the unit's last layer in forward and its
     first in backward (the ends of its passes). With ``factors``, the compute beside the
     collectives is slowed first (module docstring): the collectives run beside the compute for the
     compute's share of the unit's pass, and the unit's compute takes ``beside_comm_s`` of that
-    with its time-weighted factor."""
+    with its time-weighted factor. The copy of the gathered unit (``copy_s``) precedes each of
+    its passes on the stream: its first layer's forward, its last layer's backward."""
     spans: dict[str, list[int]] = {}
     for i, unit in enumerate(units):
         spans.setdefault(unit, []).append(i)
@@ -263,6 +274,12 @@ def _overlap_sharded_units(units: Sequence[str], fwd: list[float], bwd: list[flo
         model_c[members[0]] += late_b
         slowdown[members[-1]] += extra_f
         slowdown[members[0]] += extra_b
+        copy = copy_s.get(unit, 0.0)
+        if copy > 0:
+            fwd[members[0]] += copy
+            bwd[members[-1]] += copy
+            model_c[members[0]] += copy
+            model_c[members[-1]] += copy
 
 
 def _slowed_s(members: list[int], stream: list[float], comm_s: float, compute: list[float],

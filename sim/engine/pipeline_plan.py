@@ -187,13 +187,29 @@ def zero3_unit_comm(scenario: Scenario, spec: CommSpec | None = None) -> tuple[d
     return gather, scatter
 
 
+def zero3_unit_copy_s(scenario: Scenario) -> dict[str, float]:
+    """ZeRO-3: per unit, the copy of its gathered parameters out of the allgather's rank-major
+    buffer into the parameters (sim.costs.passes' docstring has the frameworks' source), on the
+    compute stream after each gather: read and written once at the memory roof, t = 2 x bytes /
+    memory bandwidth (x a calibrated GPU's compute_scale, as sim.costs.elementwise)."""
+    gpu = scenario.cluster.gpu
+    if gpu.memory_bandwidth_Bps <= 0:
+        return {}
+    rate = gpu.memory_bandwidth_Bps / gpu.compute_scale
+    return {unit: 2 * sum(n for n, _ in parts) / rate for unit, parts in _zero3_units(scenario).items() if parts}
+
+
 def zero3_unit_footprints(scenario: Scenario, gather: dict[str, float], scatter: dict[str, float]
                           ) -> dict[str, tuple[Footprint | None, Footprint | None]]:
     """ZeRO-3: per unit, what its collectives take from each GPU while they run (sim.costs.contention.
     comm_footprint), in forward (its allgather over ``gather[unit]`` seconds) and in backward (the
     allgather and the reduce-scatter, over their sum): a ring's channels, assumed for both ops
     (NCCL runs them as rings across nodes: src/device/all_gather.h, reduce_scatter.h runRing), and
-    each rank's bus bytes (n - 1) / n x S per op through memory. Empty where nothing is slowed."""
+    each rank's bus bytes (n - 1) / n x S per op through memory; in backward also the copy of the
+    unit's gradients into the reduce-scatter's input on its stream, read and written once (torch
+    FSDP2's foreach_reduce: torch._chunk_cat on the reduce-scatter stream, torch/distributed/fsdp/
+    _fully_shard/_fsdp_collectives.py @002a76f; DeepSpeed stage 3 copies them into its bucket).
+    Empty where nothing is slowed."""
     out: dict[str, tuple[Footprint | None, Footprint | None]] = {}
     interned: dict[tuple[Footprint | None, Footprint | None], tuple[Footprint | None, Footprint | None]] = {}
     for unit, parts in _zero3_units(scenario).items():
@@ -204,7 +220,7 @@ def zero3_unit_footprints(scenario: Scenario, gather: dict[str, float], scatter:
         total = sum(n for n, _ in parts)
         fwd = comm_footprint(total, sent, gather.get(unit, 0.0), "ring", group, scenario.strategy)
         bwd = comm_footprint(total, 2 * sent, gather.get(unit, 0.0) + scatter.get(unit, 0.0), "ring", group,
-                             scenario.strategy)
+                             scenario.strategy, extra_hbm_bytes=2 * total)
         if fwd is not None or bwd is not None:
             out[unit] = interned.setdefault((fwd, bwd), (fwd, bwd))
     return out
@@ -306,7 +322,8 @@ def scenario_passes(scenario: Scenario, micro_batch: int, dtype_bytes: int) -> P
                         kv_send_s(scenario, micro_batch, dtype_bytes), moe_alltoall_s(scenario, micro_batch, dtype_bytes),
                         gather, scatter, scenario.workload.layer_units,
                         elementwise_times_s(scenario.workload, micro_batch, cluster.gpu, dtype_bytes, options.flash),
-                        footprints, micro_batch_loads(scenario, micro_batch, dtype_bytes) if footprints else None)
+                        footprints, micro_batch_loads(scenario, micro_batch, dtype_bytes) if footprints else None,
+                        zero3_unit_copy_s(scenario))
 
 
 def micro_batch_loads(scenario: Scenario, micro_batch: int, dtype_bytes: int):

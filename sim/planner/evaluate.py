@@ -51,6 +51,7 @@ from sim.engine.pipeline_plan import (
     stage_sync,
     tp_spec,
     zero3_unit_comm,
+    zero3_unit_copy_s,
     zero3_unit_footprints,
 )
 from sim.engine.plan import (
@@ -398,8 +399,10 @@ class Evaluator:
             options = pass_options(scenario)
             elementwise = self._get(("elementwise", micro), lambda: elementwise_times_s(
                 self.request.workload, micro, self.gpu, self.dtype_bytes, options.flash))
+            copy = self._get(("zero3_copy", layout.gpus, layout.dp, layout.tp, layout.pp, layout.cp, layout.ep,
+                              layout.zero_stage >= 3), lambda: zero3_unit_copy_s(scenario))
             return layer_passes(self.layers, times, options, tp_comm, kv, a2a, gather, scatter,
-                                self.request.workload.layer_units, elementwise, footprints, loads)
+                                self.request.workload.layer_units, elementwise, footprints, loads, copy)
 
         return self._get(key, make)
 

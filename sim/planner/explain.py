@@ -199,9 +199,13 @@ def mfu(c: Candidate, request) -> tuple[float, float]:
 def _phrase(part: str, amount: str, c: Candidate, g: int) -> str:
     la = c.layout
     if part == "pipeline bubble":
+        if la.pp == 1:
+            return f"pipeline bubble {amount} (none: pp 1)"
         chunks = f", {la.vpp} chunks each" if la.vpp > 1 else ""
         return f"pipeline bubble ({la.pp} stages{chunks}, {la.micro_batches} micro-batches) {amount}"
     if part == "tensor-parallel allreduces":
+        if la.tp == 1:
+            return f"tensor-parallel traffic {amount} (none: tp 1)"
         where = f"across nodes (tp {la.tp} > {g} GPUs per node)" if la.tp > g else f"inside a node (tp {la.tp})"
         return f"tensor-parallel traffic {where} {amount}"
     if part == "exposed communication":
