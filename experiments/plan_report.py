@@ -32,7 +32,8 @@ from sim.planner.explain import pareto  # noqa: E402
 from sim.planner.search import Candidate, PlanResult  # noqa: E402
 
 COLUMNS = (
-    "rank", "status", "reason", "detail", "candidates", "gpus", "nodes", "dp", "pp", "tp", "batch_per_replica",
+    "rank", "status", "reason", "detail", "candidates", "gpus", "nodes", "dp", "pp", "tp", "cp", "ep", "vpp",
+    "sequence_parallel", "zero_stage", "recompute", "batch_per_replica",
     "global_batch", "micro_batches", "schedule", "backend", "collective", "codec", "codec_path", "bucket_mib",
     "iteration_time_s", "time_per_sample_s", "samples_per_s", "gpu_hours_per_1m_samples", "compute_time_s",
     "recompute_time_s", "tp_comm_time_s", "model_comm_time_s", "bubble_time_s", "exposed_comm_time_s",
@@ -59,6 +60,9 @@ def _row(c: Candidate, rank: int | None, g: int, fronts: dict[str, set[int]]) ->
     row: dict[str, Any] = {
         "rank": rank or "", "status": "simulated" if c.outcome else "removed", "reason": c.reason, "detail": c.detail,
         "candidates": 1, "gpus": la.gpus, "nodes": max(1, la.gpus // g), "dp": la.dp, "pp": la.pp, "tp": la.tp,
+        # the large-model settings that tell layouts of one dp x pp x tp apart (the table's settings column)
+        "cp": la.cp, "ep": la.ep, "vpp": la.vpp, "sequence_parallel": la.sequence_parallel,
+        "zero_stage": la.zero_stage, "recompute": la.recompute,
         "batch_per_replica": la.batch, "global_batch": la.global_batch, "micro_batches": la.micro_batches,
         "schedule": la.schedule if la.pp > 1 else "", "backend": sy.backend, "collective": sy.collective,
         "codec": sy.codec or "", "codec_path": sy.codec_path or "", "bucket_mib": sy.bucket_mib,

@@ -38,6 +38,9 @@ def test_plan_prints_writes_and_reproduces(tmp_path, capsys):
     # the file is the ranked row's configuration, field by field (the CSV and the YAML are written apart)
     s = winner.strategy
     assert (s.dp_degree(winner.cluster.world_size), s.pp, s.tp) == (int(first["dp"]), int(first["pp"]), int(first["tp"]))
+    assert (s.cp, s.ep, s.vpp, s.zero_stage, s.recompute, str(s.sequence_parallel)) == (
+        int(first["cp"]), int(first["ep"]), int(first["vpp"]), int(first["zero_stage"]), first["recompute"],
+        first["sequence_parallel"])
     assert (s.backend, s.collective, winner.cluster.world_size) == (first["backend"], first["collective"],
                                                                     int(first["gpus"]))
     # and simulating it gives the ranked row's time (the planner's figures are simulate()'s)

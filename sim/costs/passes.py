@@ -217,27 +217,29 @@ def _unit_factors(layers: Sequence[Layer], units: Sequence[str], kernels, loads:
     time alone: its own kernels by their roofline (sim.costs.contention.contention_factor of the
     rank's share, ``split_load``), the memory-bound kernels after it by the memory ratio, the
     recomputed forward by the forward's load, weighted by their times."""
-    def weighted(parts: list[tuple[float, PassLoad | None]], fp: Footprint | None) -> float:
-        total = sum(t for t, _ in parts)
-        if fp is None or total <= 0:
-            return 1.0
-        return sum(t * (contention_factor(load, fp) if load is not None else fp.memory_ratio)
-                   for t, load in parts) / total
-
     out = []
     # a model's blocks repeat: the same loads and footprints (interned by the callers: one object
-    # per distinct value) and the same times give the same factors
-    seen: dict[tuple, tuple[float, float]] = {}
+    # per distinct value) give the same factors
+    seen: dict[tuple[int, int, int, int], tuple[float, float, float, float, float]] = {}
     for i, layer in enumerate(layers):
         fwd_fp, bwd_fp = footprints.get(units[i], (None, None))
         split = rank_split(layer, options)
-        key = (id(loads[i]), split, id(fwd_fp), id(bwd_fp), kernels[i])
-        if key not in seen:
+        key = (id(loads[i]), split, id(fwd_fp), id(bwd_fp))
+        ratios = seen.get(key)
+        if ratios is None:
             load_f, load_b = (split_load(x, split) for x in loads[i])
-            (own_f, ew_f), (own_b, ew_b), (own_r, ew_r) = kernels[i]
-            seen[key] = (weighted([(own_f, load_f), (ew_f, None)], fwd_fp),
-                         weighted([(own_b, load_b), (ew_b, None), (own_r, load_f), (ew_r, None)], bwd_fp))
-        out.append(seen[key])
+            ratios = seen[key] = (
+                contention_factor(load_f, fwd_fp) if fwd_fp is not None else 1.0,
+                fwd_fp.memory_ratio if fwd_fp is not None else 1.0,
+                contention_factor(load_b, bwd_fp) if bwd_fp is not None else 1.0,
+                contention_factor(load_f, bwd_fp) if bwd_fp is not None else 1.0,
+                bwd_fp.memory_ratio if bwd_fp is not None else 1.0)
+        own_fwd, mem_fwd, own_bwd, again_bwd, mem_bwd = ratios
+        (own_f, ew_f), (own_b, ew_b), (own_r, ew_r) = kernels[i]
+        total_f = own_f + ew_f
+        total_b = own_b + ew_b + own_r + ew_r
+        out.append(((own_f * own_fwd + ew_f * mem_fwd) / total_f if total_f > 0 else 1.0,
+                    (own_b * own_bwd + own_r * again_bwd + (ew_b + ew_r) * mem_bwd) / total_b if total_b > 0 else 1.0))
     return out
 
 
