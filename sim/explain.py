@@ -54,14 +54,20 @@ class Term:
 def breakdown(result: IterationResult) -> list[Term]:
     """The predicted iteration as terms (category, name, seconds) that sum to its time."""
     tp = result.tp_comm_time_s
-    forward = max(0.0, result.forward_time_s - tp / 2)
-    backward = max(0.0, result.backward_time_s - tp / 2)
+    # the pipeline engine's passes hold their TP collectives and the other model-parallel
+    # communication not hidden (ring attention's sends, all-to-alls, ZeRO-3's gathers and copies):
+    # taken as half in each pass, each its own term
+    model = result.model_comm_time_s
+    forward = max(0.0, result.forward_time_s - tp / 2 - model / 2)
+    backward = max(0.0, result.backward_time_s - tp / 2 - model / 2)
     overhead = max(0.0, result.compute_time_s - result.forward_time_s - result.backward_time_s - result.optimizer_time_s)
     terms = [Term("compute", "forward", forward), Term("compute", "backward", backward),
              Term("compute", "optimizer step", result.optimizer_time_s),
              Term("compute slowed by overlap", "SMs and memory bandwidth taken by collectives", result.overlap_slowdown_time_s)]
     if tp > 0:
         terms.append(Term("exposed communication", "tensor-parallel allreduce", tp))
+    if model > 0:
+        terms.append(Term("exposed communication", "context/expert/ZeRO-3 communication not hidden", model))
     exposed = result.exposed_comm_time_s
     attributed = sum(result.exposed_comm_terms.values())
     if result.exposed_comm_terms and abs(attributed - exposed) <= 1e-9 * max(1.0, exposed) + 1e-12:

@@ -187,3 +187,18 @@ def test_zero3_copy_is_the_units_bytes_read_and_written_at_the_memory_roof():
     # a block of llama2_7b (202 M parameters): 101 M per tp rank, 404 MB read and written, ~0.12 ms on 3.35 TB/s
     block = max(copies.values())
     assert 0.05e-3 < block < 0.5e-3
+
+
+def test_explain_sums_a_zero3_step_and_counts_its_slowdown_once():
+    """The pipeline engine reports its passes without the slowdown (as the data-parallel path does),
+    so `scalebench explain`'s terms add up to the step: compute, the slowdown, the TP collectives and
+    ZeRO-3's exposed gathers and copies, the wait for the slowest."""
+    from sim.explain import breakdown
+
+    r = simulate(_llama(stragglers=True))
+    terms = breakdown(r)
+    assert sum(t.seconds for t in terms) == pytest.approx(r.iteration_time_s, rel=1e-9)
+    assert r.forward_time_s + r.backward_time_s + r.optimizer_time_s == pytest.approx(r.compute_time_s, rel=1e-12)
+    named = {t.name: t.seconds for t in terms}
+    assert named["SMs and memory bandwidth taken by collectives"] == r.overlap_slowdown_time_s > 0
+    assert named["context/expert/ZeRO-3 communication not hidden"] == r.model_comm_time_s > 0

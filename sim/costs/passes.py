@@ -98,6 +98,8 @@ class Passes:
     slowdown_s: tuple[float, ...] = ()
     """Compute added inside fwd_s + bwd_s by ZeRO-3's collectives running beside it (SMs and memory
     bandwidth taken: sim.costs.contention); empty: none."""
+    fwd_slowdown_s: tuple[float, ...] = ()
+    """Of slowdown_s, what is inside fwd_s; empty: none."""
 
 
 def rank_split(layer: Layer, options: PassOptions) -> int:
@@ -199,15 +201,17 @@ def layer_passes(layers: Sequence[Layer], times: Sequence[tuple[float, float]], 
         fwd[i], bwd[i] = forward, backward + again
         kernels.append(((own_f, f_rank - own_f), (own_b, b_rank - own_b),
                         (own_f, f_rank - own_f) if again else (0.0, 0.0)))
-    slowdown = [0.0] * n
+    slow_f, slow_b = [0.0] * n, [0.0] * n
     if unit_gather_s:
         factors = None
         if unit_footprints and loads is not None:
             factors = _unit_factors(layers, units, kernels, loads, unit_footprints, o)
         _overlap_sharded_units(units, fwd, bwd, model_c, unit_gather_s, unit_scatter_s or {}, kernels, factors,
-                               slowdown, unit_copy_s or {})
+                               slow_f, slow_b, unit_copy_s or {})
+    slowed = any(slow_f) or any(slow_b)
     return Passes(tuple(fwd), tuple(bwd), tuple(tp_c), tuple(model_c), tuple(recompute),
-                  tuple(slowdown) if any(slowdown) else ())
+                  tuple(f + b for f, b in zip(slow_f, slow_b, strict=True)) if slowed else (),
+                  tuple(slow_f) if slowed else ())
 
 
 def _unit_factors(layers: Sequence[Layer], units: Sequence[str], kernels, loads: Sequence[tuple[PassLoad, PassLoad]],
@@ -245,7 +249,7 @@ def _unit_factors(layers: Sequence[Layer], units: Sequence[str], kernels, loads:
 
 def _overlap_sharded_units(units: Sequence[str], fwd: list[float], bwd: list[float], model_c: list[float],
                            gather_s: dict[str, float], scatter_s: dict[str, float], kernels,
-                           factors: list[tuple[float, float]] | None, slowdown: list[float],
+                           factors: list[tuple[float, float]] | None, slow_f: list[float], slow_b: list[float],
                            copy_s: dict[str, float]) -> None:
     """ZeRO-3: a unit's forward takes max(its compute, its gather), its backward max(its compute,
     its gather + reduce-scatter); the excess lands on the unit's last layer in forward and its
@@ -274,8 +278,8 @@ def _overlap_sharded_units(units: Sequence[str], fwd: list[float], bwd: list[flo
         bwd[members[0]] += extra_b + late_b
         model_c[members[-1]] += late_f
         model_c[members[0]] += late_b
-        slowdown[members[-1]] += extra_f
-        slowdown[members[0]] += extra_b
+        slow_f[members[-1]] += extra_f
+        slow_b[members[0]] += extra_b
         copy = copy_s.get(unit, 0.0)
         if copy > 0:
             fwd[members[0]] += copy

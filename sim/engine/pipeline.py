@@ -154,8 +154,9 @@ def run_pipeline(plan: PipelinePlan, world_size: int, batch_size: int) -> Iterat
         compute_time_s=compute,
         exposed_comm_time_s=max(0.0, total - compute - slowdown - bubble),
         comm_time_s=max(st.dp_sync_s for st in plan.stages),
-        forward_time_s=m * busiest.fwd_s,
-        backward_time_s=m * busiest.bwd_s,
+        # the kernels alone, as the data-parallel path reports them: the slowdown is its own term
+        forward_time_s=m * (busiest.fwd_s - busiest.fwd_slowdown_s),
+        backward_time_s=m * (busiest.bwd_s - (busiest.slowdown_s - busiest.fwd_slowdown_s)),
         optimizer_time_s=busiest.optimizer_s,
         bytes_by_link=bytes_total,
         buckets=(),

@@ -90,6 +90,8 @@ class StagePlan:
     """The interleaved schedule's model chunks (vpp > 1); empty: the stage is one chunk."""
     slowdown_s: float = 0.0
     """Of fwd_s + bwd_s: compute added by ZeRO-3's collectives beside it (sim.costs.passes)."""
+    fwd_slowdown_s: float = 0.0
+    """Of slowdown_s, the forward's."""
 
 
 @dataclass(frozen=True)
@@ -302,6 +304,7 @@ def build_pipeline_plan(scenario: Scenario) -> PipelinePlan:
             param_gather_s=gather_s,
             chunks=chunks if v > 1 else (),
             slowdown_s=sum(passes.slowdown_s[i] for i in layer_ids) if passes.slowdown_s else 0.0,
+            fwd_slowdown_s=sum(passes.fwd_slowdown_s[i] for i in layer_ids) if passes.fwd_slowdown_s else 0.0,
         ))
     return PipelinePlan(tuple(stages), m, strategy.schedule, dp, tp,
                         _tp_bytes(scenario, micro_batch, dtype_bytes, tp_group(cluster, tp)), vpp=v)
