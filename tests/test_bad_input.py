@@ -269,6 +269,8 @@ MORE = {
                             "simulation.flow_engine", None),
     "links-on-the-fast-path": ({}, ["simulate", "--links", "l.csv"], "--links", None),
     "bench-fabric-without-detailed": ({}, ["bench", "--fabric", "fat_tree"], "--fabric", None),
+    "bench-pipeline-gpus-without-detailed": ({}, ["bench", "--pipeline-gpus", "0"], "--pipeline-gpus", None),
+    "bench-pipeline-model-without-detailed": ({}, ["bench", "--pipeline-model", "gpt2_xl"], "--pipeline-model", None),
     "bench-pipeline-gpus-untiled": ({}, ["bench", "--fidelity", "detailed", "--gpus", "64", "--pipeline-gpus", "100"],
                                     "--pipeline-gpus", None),
     "bench-pipeline-model-unknown": ({}, ["bench", "--fidelity", "detailed", "--gpus", "64", "--pipeline-model", "zz"],

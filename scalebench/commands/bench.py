@@ -33,6 +33,8 @@ DETAILED_TARGETS_S = {1024: 5.0, 16384: 60.0}
 28's for a pipeline x tensor x data parallel iteration."""
 DETAILED_MEMORY_MIB = 4096
 PIPELINE_GPUS = (1024, 16384)
+PIPELINE_MODEL = "llama2_7b"
+"""The zoo model of the detailed pipeline rows (--pipeline-model)."""
 PIPELINE_LAYOUT = {"kind": "hybrid", "tp": 8, "pp": 4, "micro_batches": 8, "precision": "bf16", "collective": "ring"}
 """The large-model case: Megatron-style tp 8 inside a node x pp 4, a ring as the ResNet case's."""
 PIPELINE_BATCH = 16
@@ -54,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpus-per-node", type=int, default=8, metavar="N", help="GPUs per node (default 8)")
     parser.add_argument("--collective", default="ring", metavar="NAME",
                         help="gradient reduction: ring, tree, hierarchical, ps (default ring)")
-    parser.add_argument("--pipeline-model", default="llama2_7b", metavar="NAME",
+    parser.add_argument("--pipeline-model", default=PIPELINE_MODEL, metavar="NAME",
                         help="with --fidelity detailed: the zoo model of the pipeline x tensor x data parallel rows "
                              "(tp 8 x pp 4, 8 micro-batches of 2, bf16, a100 + nvlink3 + ib_hdr; default llama2_7b)")
     parser.add_argument("--pipeline-gpus", type=int, nargs="+", default=None, metavar="N",
@@ -335,10 +337,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.fidelity == "detailed":
         runs = len(args.gpus or DETAILED_GPUS) * args.repeats
         return _with_bar(runs, lambda: _run_detailed(args))
-    if args.fabric is not None:
-        from sim.errors import ConfigError
+    from sim.errors import ConfigError
 
-        raise ConfigError("--fabric", args.fabric, "only with --fidelity detailed")
+    # the flags of the detailed rows, refused where nothing uses them (as the async and plan ones)
+    for flag, value, default in (("--fabric", args.fabric, None), ("--pipeline-gpus", args.pipeline_gpus, None),
+                                 ("--pipeline-model", args.pipeline_model, PIPELINE_MODEL)):
+        if value != default:
+            raise ConfigError(flag, " ".join(map(str, value)) if isinstance(value, list) else value,
+                              "only with --fidelity detailed")
     specs = []
     for gpus in args.gpus or DEFAULT_GPUS:
         spec = _scenario_spec(args.model, gpus, args.gpus_per_node, args.collective)
