@@ -6,6 +6,20 @@ import pytest
 
 from sim.catalog import GPU, Link, builtin_catalog
 
+MINI_EXPERIMENT = "name: mini\nworkload: mlp\ncluster: {gpus_per_node: 2}\nsweep: {cluster.gpus: [1, 2]}\n"
+"""A two-point experiment: the smallest `scalebench run` whose results the plot and report cases read."""
+
+
+@pytest.fixture(scope="module")
+def mini_results(tmp_path_factory):
+    """results/mini of MINI_EXPERIMENT, run once per module for the plot and report cases."""
+    from scalebench.cli import main
+
+    root = tmp_path_factory.mktemp("mini")
+    (root / "mini.yaml").write_text(MINI_EXPERIMENT)
+    assert main(["run", str(root / "mini.yaml"), "--results", str(root), "--jobs", "1", "--no-progress"]) == 0
+    return root / "mini"
+
 
 @pytest.fixture(scope="session")
 def catalog():

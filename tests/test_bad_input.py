@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from scalebench.cli import main
+from tests.conftest import MINI_EXPERIMENT
 
 BINARY = bytes(range(128, 256)) * 8  # not UTF-8: a binary file given as a config
 RESNET16 = "workload: resnet50\ncluster: {gpus: 16, gpus_per_node: 8}\n"
 GPU_G = "{peak_tflops: {fp32: 10}, memory_bandwidth_GBps: 900, memory_GiB: 16}"
 LINK_X = "cluster: {gpus: 16, gpus_per_node: 8, inter_link: x}\n"
-MINI = "name: mini\nworkload: mlp\ncluster: {gpus_per_node: 2}\nsweep: {cluster.gpus: [1, 2]}\n"
 SYS = Path("/sys/kernel")
 """A directory nobody can write into, root included (sysfs): the read-only output location."""
 
@@ -374,15 +374,6 @@ def check_one_line_error(tmp_path: Path, monkeypatch, capsys, files: dict, argv:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def mini_results(tmp_path_factory) -> Path:
-    """results/mini of a two-point experiment, run once for the plot and report cases."""
-    root = tmp_path_factory.mktemp("mini")
-    (root / "mini.yaml").write_text(MINI)
-    assert main(["run", str(root / "mini.yaml"), "--results", str(root), "--jobs", "1", "--no-progress"]) == 0
-    return root / "mini"
-
-
 def _run_case(table: dict, case: str, tmp_path: Path, monkeypatch, capsys, mini_results: Path) -> None:
     files, argv, field, needs = table[case]
     if needs:
@@ -451,7 +442,7 @@ def test_read_only_results_directory(command, tmp_path, monkeypatch, capsys, min
     """As a user, not root: the results root (run), an experiment's plots (plot) or its directory
     (report) made read-only with chmod."""
     _results(tmp_path, mini_results)
-    (tmp_path / "other.yaml").write_text(MINI.replace("name: mini", "name: other"))
+    (tmp_path / "other.yaml").write_text(MINI_EXPERIMENT.replace("name: mini", "name: other"))
     target = {"run": tmp_path / "results", "plot": tmp_path / M / "plots", "report": tmp_path / M}[command]
     argv = {"run": ["run", "other.yaml"], "plot": ["plot", M], "report": ["report", M]}[command]
     target.chmod(0o555)

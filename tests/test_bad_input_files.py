@@ -56,10 +56,14 @@ def _tiny_tmpfs(where: Path, size: str = "16k"):
 
 # -- outputs --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv", [
+WRITERS = [
     ["simulate", "--model", "mlp", "--gpus", "2", "--trace", "{}"],
     ["schema", "-o", "{}"],
-])
+]
+"""Commands that write a file named on the command line ({} stands for it)."""
+
+
+@pytest.mark.parametrize("argv", WRITERS)
 def test_a_null_device_stays_a_device(argv, tmp_path, monkeypatch, capsys):
     """Issue 29: the atomic writer renamed a regular file over the node (it replaced a machine's /dev/full)."""
     monkeypatch.chdir(tmp_path)
@@ -69,10 +73,7 @@ def test_a_null_device_stays_a_device(argv, tmp_path, monkeypatch, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name != "null"]  # no temporary file beside it
 
 
-@pytest.mark.parametrize("argv", [
-    ["simulate", "--model", "mlp", "--gpus", "2", "--trace", "{}"],
-    ["schema", "-o", "{}"],
-])
+@pytest.mark.parametrize("argv", WRITERS)
 def test_a_full_device_is_reported_naming_the_file(argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     node = _device(tmp_path / "full", FULL)

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from scalebench.cli import main
+from tests.conftest import MINI_EXPERIMENT
 from tests.test_bad_input import _real, _results, check_one_line_error
 
-MINI_RUN = "name: mini\nworkload: mlp\ncluster: {gpus_per_node: 2}\nsweep: {cluster.gpus: [1, 2]}\n"
 HEAD = "layer,kind,param_count,fwd_flops,bwd_flops,activation_elems"
 SIM = ["simulate", "--model", "mlp", "--gpus", "4", "--gpus-per-node", "2"]
 
@@ -31,7 +31,7 @@ CASES = {
                           "strategy.collective: got 'ring'; allowed: ps with framework tf_ps"),
     "nccl-on-cpus": ({}, [*SIM, "--gpu", "cpu", "--backend", "nccl"],
                      "strategy.backend: got 'nccl'; allowed: gloo or mpi on cpu"),
-    "address-without-executor": ({"mini.yaml": MINI_RUN}, ["run", "mini.yaml", "--address", "127.0.0.1:8786", "--dry-run"],
+    "address-without-executor": ({"mini.yaml": MINI_EXPERIMENT}, ["run", "mini.yaml", "--address", "127.0.0.1:8786", "--dry-run"],
                                  "--address: got '127.0.0.1:8786'; allowed: only with --executor dask or ray"),
     "gpu-cv-without-stragglers": ({}, [*SIM, "--no-stragglers", "--gpu-cv", "0.05"],
                                   "--gpu-cv: got 0.05; allowed: only with stragglers on"),
@@ -83,7 +83,7 @@ CASES = {
                                   "--baselines: got 'nope'; allowed: a directory of baselines (convnet_allreduce.csv"),
     "regress-baselines-a-file": ({"b.csv": "x"}, ["regress", "--baselines", "b.csv"], "not a file"),
     "regress-baselines-empty": ({"d/x.txt": "x"}, ["regress", "--baselines", "d"], "it has none of them"),
-    "points-path-is-a-file": ({"mini.yaml": MINI_RUN, "results/mini/points": "x"}, ["run", "mini.yaml", "--no-progress"],
+    "points-path-is-a-file": ({"mini.yaml": MINI_EXPERIMENT, "results/mini/points": "x"}, ["run", "mini.yaml", "--no-progress"],
                               "--results: got 'results/mini/points'; allowed: a directory where `scalebench run` keeps "
                               "its points"),
     "nccl-tests-2.7-ranks": ({"t.csv": "op,size,time,nranks\nallreduce,1024,10,2.7\nallreduce,2048,12,2.7\n"},
@@ -273,14 +273,6 @@ def test_a_results_csv_of_nan_is_refused(tmp_path, monkeypatch, capsys, mini_res
                              "results.csv column iteration_time_s row 1: got nan; allowed: a finite number")
 
 
-@pytest.fixture(scope="module")
-def mini_results(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("mini")
-    (root / "mini.yaml").write_text(MINI_RUN)
-    assert main(["run", str(root / "mini.yaml"), "--results", str(root), "--jobs", "1", "--no-progress"]) == 0
-    return root / "mini"
-
-
 def test_every_json_note_keeps_stdout_machine_readable(tmp_path, monkeypatch, capsys):
     """A note goes to stderr: --format json stays one JSON document."""
     monkeypatch.chdir(tmp_path)
@@ -298,7 +290,7 @@ def test_every_json_note_keeps_stdout_machine_readable(tmp_path, monkeypatch, ca
 ])
 def test_an_empty_string_is_not_a_flag_left_out(argv, flag, tmp_path, monkeypatch, capsys):
     """Found by scripts/bad_input_driver.py: an empty value was taken as the flag not given."""
-    check_one_line_error(tmp_path, monkeypatch, capsys, {"mini.yaml": MINI_RUN}, argv,
+    check_one_line_error(tmp_path, monkeypatch, capsys, {"mini.yaml": MINI_EXPERIMENT}, argv,
                          f"{flag}; allowed: a non-empty value")
 
 

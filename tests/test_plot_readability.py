@@ -33,9 +33,8 @@ def result_dir(tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def captured(monkeypatch):
-    """The figures the plot functions would save (drawn, not written)."""
+def _kept_figures(monkeypatch, module):
+    """The figures ``module``'s save_figure would save (drawn, not written), closed afterwards."""
     figures = []
 
     def keep(fig, stem):
@@ -43,10 +42,16 @@ def captured(monkeypatch):
         figures.append(fig)
         return []
 
-    monkeypatch.setattr(plots, "save_figure", keep)
+    monkeypatch.setattr(module, "save_figure", keep)
     yield figures
     for fig in figures:
         plt.close(fig)
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The figures the plot functions would save (drawn, not written)."""
+    yield from _kept_figures(monkeypatch, plots)
 
 
 def _data(result_dir):
@@ -168,17 +173,7 @@ def test_no_speedup_point_sits_above_the_ideal_line(result_dir, captured):
 def plan_figures(monkeypatch):
     import experiments.plan_report as plan_report
 
-    figures = []
-
-    def keep(fig, stem):
-        fig.canvas.draw()
-        figures.append(fig)
-        return []
-
-    monkeypatch.setattr(plan_report, "save_figure", keep)
-    yield figures
-    for fig in figures:
-        plt.close(fig)
+    yield from _kept_figures(monkeypatch, plan_report)
 
 
 def _plan(**options):
